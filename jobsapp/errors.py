@@ -1,0 +1,39 @@
+"""The engine's exceptions. Each one's docstring is its contract."""
+
+from __future__ import annotations
+
+
+class JobsError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+
+class RedisUnavailable(JobsError):
+    """Redis did not answer (refused, timed out, loading). Nothing was enqueued.
+
+    Raised by the producing side (``perform_async``, ``client.push``) and by ``jobsapp.api``;
+    web views should answer 503. Workers never raise it: they log, back off and retry.
+    """
+
+
+class PayloadTooLarge(JobsError, ValueError):
+    """The serialized job exceeds ``MAX_PAYLOAD_BYTES``; it was refused before any Redis write."""
+
+
+class UnknownJobClass(JobsError, LookupError):
+    """A payload names a class that is not a registered job. It is never imported: the job goes
+    to the dead set with this message."""
+
+
+class MalformedPayload(JobsError, ValueError):
+    """A queue held something that is not a JSON job object. It goes to the dead set, wrapped so
+    its raw text is kept."""
+
+
+class DuplicateJobName(JobsError):
+    """Two different job classes claim the same wire name."""
+
+
+class NoRetryError(JobsError):
+    """Raise from ``perform`` to fail the job on purpose: it is counted as failed, its error is
+    recorded by middleware, and it is neither retried nor sent to the dead set."""
+

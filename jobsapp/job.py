@@ -1,0 +1,193 @@
+"""The ``Job`` base class (alias ``Worker``) and ``sidekiq_options``: the surface users write against.
+
+A job class declares options and a ``perform`` method. Class methods enqueue it:
+``perform_async`` now, ``perform_in`` after a delay, ``perform_at`` at a time, ``perform_bulk`` many
+at once, and ``set(...)`` for one-off option overrides. All of them build a Sidekiq item and hand it
+to ``jobsapp.client``; the worker later builds a fresh instance per run and calls ``perform``.
+
+Defining a subclass registers it under its wire name: the dotted Python path by default, or the
+``class_name`` option (a Ruby-style ``"HardWorker"``) so Ruby and Python can share a queue.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, TypeVar
+
+from . import registry
+
+Item = dict[str, Any]
+JobType = TypeVar("JobType", bound=type["Job"])
+
+#: Options the engine itself reads; any other option is carried in the payload untouched
+#: (the tracking layer reads ``use_task_event`` from there).
+KNOWN_OPTIONS = frozenset({"queue", "retry", "backtrace", "retry_queue", "dead", "tags", "class_name"})
+
+#: ``perform_in`` values below this are seconds from now; above, an epoch time (DESIGN.md §3).
+EPOCH_THRESHOLD_SECONDS = 1_000_000_000
+
+
+def sidekiq_options(**options: Any) -> Callable[[JobType], JobType]:
+    """Class decorator: set options for a job class (merged over its parents')."""
+
+    def apply(cls: JobType) -> JobType:
+        previous_name = cls.wire_name()
+        cls.sidekiq_options_hash = {**cls.sidekiq_options_hash, **options}
+        registry.register(cls, cls.wire_name(), previous_name=previous_name)
+        return cls
+
+    return apply
+
+
+class Job:
+    """Base class of background jobs. Subclass it, define ``perform``, enqueue with ``perform_async``.
+
+    Per run the worker sets ``jid``, ``item`` (the payload dict) and ``queue`` on the instance.
+    """
+
+    sidekiq_options_hash: ClassVar[dict[str, Any]] = {"retry": True, "queue": "default"}
+    #: Set on abstract bases that should not be registered.
+    abstract: ClassVar[bool] = True
+
+    jid: str
+    item: Item
+    queue: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.sidekiq_options_hash = dict(cls.sidekiq_options_hash)
+        if "abstract" not in cls.__dict__:
+            cls.abstract = False
+        if not cls.abstract:
+            registry.register(cls, cls.wire_name())
+
+    def perform(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__qualname__} must define perform()")
+
+    # --- class-level configuration ---------------------------------------------------
+
+    @classmethod
+    def wire_name(cls) -> str:
+        """The ``class`` string in payloads: ``class_name`` if set, else the dotted path."""
+        return cls.sidekiq_options_hash.get("class_name") or f"{cls.__module__}.{cls.__qualname__}"
+
+    @classmethod
+    def get_sidekiq_options(cls) -> dict[str, Any]:
+        return dict(cls.sidekiq_options_hash)
+
+    @classmethod
+    def sidekiq_retry_in(cls, count: int, exception: BaseException) -> float | str | None:
+        """Override for a custom retry delay: seconds, ``"kill"`` (dead now), ``"discard"``, or
+        None for Sidekiq's default backoff. ``count`` is the retry_count being scheduled (0 first)."""
+        return None
+
+    @classmethod
+    def sidekiq_retries_exhausted(cls, item: Item, exception: BaseException) -> None:
+        """Override to act when the last retry failed, before the job goes to the dead set."""
+
+    # --- enqueueing ------------------------------------------------------------------
+
+    @classmethod
+    def set(cls, **options: Any) -> Setter:
+        """Options for one push: ``Job.set(queue="critical").perform_async(1)``; also ``wait`` (seconds)
+        and ``wait_until`` (datetime or epoch)."""
+        return Setter(cls, options)
+
+    @classmethod
+    def perform_async(cls, *args: Any, **kwargs: Any) -> str | None:
+        """Enqueue now; returns the jid, or None if a client middleware stopped the push."""
+        return Setter(cls, {}).perform_async(*args, **kwargs)
+
+    @classmethod
+    def perform_in(cls, interval: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
+        """Enqueue after ``interval`` seconds (or a timedelta); values >= 1e9 are epoch times."""
+        return Setter(cls, {}).perform_in(interval, *args, **kwargs)
+
+    @classmethod
+    def perform_at(cls, when: float | dt.datetime, *args: Any, **kwargs: Any) -> str | None:
+        """Enqueue at ``when`` (an aware or UTC-naive datetime, or epoch seconds)."""
+        return Setter(cls, {}).perform_at(when, *args, **kwargs)
+
+    @classmethod
+    def perform_bulk(cls, args_list: Iterable[list[Any]], *, batch_size: int = 1000) -> list[str | None]:
+        """Enqueue one job per argument list, ``batch_size`` per Redis round trip; returns the jids."""
+        return Setter(cls, {}).perform_bulk(args_list, batch_size=batch_size)
+
+    push_bulk = perform_bulk
+
+
+Worker = Job
+
+
+def _epoch(when: float | dt.datetime | dt.date) -> float:
+    if isinstance(when, dt.datetime):
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        return when.timestamp()
+    if isinstance(when, (int, float)) and not isinstance(when, bool):
+        return float(when)
+    raise TypeError(f"a run-at time must be a datetime or epoch seconds, not {type(when).__name__}")
+
+
+def _delay_to_epoch(interval: float | dt.timedelta, now: float) -> float:
+    if isinstance(interval, dt.timedelta):
+        return now + interval.total_seconds()
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+        raise TypeError(f"an interval must be seconds or a timedelta, not {type(interval).__name__}")
+    return float(interval) if interval >= EPOCH_THRESHOLD_SECONDS else now + float(interval)
+
+
+class Setter:
+    """A job class plus one-off options; what ``Job.set(...)`` returns."""
+
+    def __init__(self, job_class: type[Job], options: dict[str, Any]) -> None:
+        self.job_class = job_class
+        self.options = dict(options)
+
+    def set(self, **options: Any) -> Setter:
+        return Setter(self.job_class, {**self.options, **options})
+
+    def _item(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Item:
+        from .payload import now
+
+        options = {**self.job_class.sidekiq_options_hash, **self.options}
+        options.pop("class_name", None)
+        wait = options.pop("wait", None)
+        wait_until = options.pop("wait_until", None)
+        item: Item = {"class": self.job_class.wire_name(), "args": list(args)}
+        item.update(options)
+        if kwargs:
+            item["kwargs"] = kwargs
+        if wait is not None:
+            item["at"] = _delay_to_epoch(wait, now())
+        elif wait_until is not None:
+            item["at"] = _epoch(wait_until)
+        return item
+
+    def perform_async(self, *args: Any, **kwargs: Any) -> str | None:
+        from . import client
+
+        return client.push(self._item(args, kwargs), job_class=self.job_class)
+
+    def perform_in(self, interval: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
+        from . import client
+        from .payload import now
+
+        item = self._item(args, kwargs)
+        item["at"] = _delay_to_epoch(interval, now())
+        return client.push(item, job_class=self.job_class)
+
+    def perform_at(self, when: float | dt.datetime, *args: Any, **kwargs: Any) -> str | None:
+        from . import client
+
+        item = self._item(args, kwargs)
+        item["at"] = _epoch(when)
+        return client.push(item, job_class=self.job_class)
+
+    def perform_bulk(self, args_list: Iterable[list[Any]], *, batch_size: int = 1000) -> list[str | None]:
+        from . import client
+
+        item = self._item((), {})
+        item.pop("args")
+        return client.push_bulk({**item, "args": list(args_list)}, batch_size=batch_size, job_class=self.job_class)

@@ -1,0 +1,212 @@
+"""Client and server middleware: base classes of no-op hooks, and the ordered chains that run them.
+
+Client middleware runs in the pushing thread, once per job, before anything is written to Redis:
+``call`` returns the (possibly changed) item to go on, or None to stop the push silently.
+
+Server middleware runs in a processor thread around ``perform``: ``call`` wraps the job (it sees
+its exceptions and may re-raise or swallow them); ``on_retry``, ``on_dead`` and ``on_requeue`` are
+told what the engine decided after the chain has finished, so a middleware can record "waiting
+for retry (2 of 25)" without re-deriving the retry policy. A hook that raises is logged and
+ignored: middleware never decides where a job ends up.
+
+Chains are configured from ``JOBSAPP["CLIENT_MIDDLEWARE"]`` / ``["SERVER_MIDDLEWARE"]`` (dotted
+paths) and changed in code like Sidekiq's: add, remove, prepend, insert_before, insert_after.
+Instances are built once per chain and shared by every thread, so a middleware keeps no per-job
+state on ``self``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from django.utils.module_loading import import_string
+
+from .conf import jobs_settings
+
+if TYPE_CHECKING:
+    import redis
+
+    from .job import Job
+
+logger = logging.getLogger("jobsapp.middleware")
+
+Item = dict[str, Any]
+
+
+class ClientMiddleware:
+    """Base of client middleware. Override ``call``."""
+
+    def call(self, job_class: type[Job] | None, item: Item, queue: str, redis: redis.Redis) -> Item | None:
+        """Return the item to push it (changed or not), or None to stop the push."""
+        return item
+
+
+class ServerMiddleware:
+    """Base of server middleware. Override ``call`` to wrap jobs, and any hook you need."""
+
+    def call(self, job: Job, item: Item, queue: str, call_next: Callable[[], Any]) -> Any:
+        """Run the rest of the chain and the job by calling ``call_next()``; return its result."""
+        return call_next()
+
+    def on_retry(
+        self,
+        job_class: type[Job] | None,
+        item: Item,
+        exception: BaseException,
+        *,
+        retry_count: int,
+        retry_limit: int,
+        run_at: float,
+    ) -> None:
+        """The job failed and will run again at ``run_at`` (attempt ``retry_count + 1`` of ``retry_limit``)."""
+
+    def on_dead(self, job_class: type[Job] | None, item: Item, exception: BaseException | None, *, reason: str) -> None:
+        """The job will not run again: it went to the dead set, or was discarded (``retry: false``)."""
+
+    def on_requeue(self, item: Item, *, reason: str) -> None:
+        """The job was put back at the front of its queue unfinished (shutdown), to run again."""
+
+
+class Chain:
+    """An ordered list of middleware classes with their constructor arguments."""
+
+    def __init__(self, entries: list[tuple[type, tuple[Any, ...], dict[str, Any]]] | None = None) -> None:
+        self._entries = list(entries or [])
+        self._instances: list[Any] | None = None
+        self._lock = threading.Lock()
+
+    def _changed(self) -> None:
+        self._instances = None
+
+    def _index(self, cls: type) -> int:
+        for index, (entry_cls, _, _) in enumerate(self._entries):
+            if entry_cls is cls:
+                return index
+        return -1
+
+    def add(self, cls: type, *args: Any, **kwargs: Any) -> None:
+        """Append ``cls`` (moving it to the end if it is already there)."""
+        self.remove(cls)
+        self._entries.append((cls, args, kwargs))
+        self._changed()
+
+    def prepend(self, cls: type, *args: Any, **kwargs: Any) -> None:
+        """Put ``cls`` first (moving it if it is already there)."""
+        self.remove(cls)
+        self._entries.insert(0, (cls, args, kwargs))
+        self._changed()
+
+    def insert_before(self, existing: type, cls: type, *args: Any, **kwargs: Any) -> None:
+        """Put ``cls`` just before ``existing`` (or first when ``existing`` is absent)."""
+        self.remove(cls)
+        index = self._index(existing)
+        self._entries.insert(max(index, 0), (cls, args, kwargs))
+        self._changed()
+
+    def insert_after(self, existing: type, cls: type, *args: Any, **kwargs: Any) -> None:
+        """Put ``cls`` just after ``existing`` (or last when ``existing`` is absent)."""
+        self.remove(cls)
+        index = self._index(existing)
+        position = len(self._entries) if index < 0 else index + 1
+        self._entries.insert(position, (cls, args, kwargs))
+        self._changed()
+
+    def remove(self, cls: type) -> None:
+        index = self._index(cls)
+        if index >= 0:
+            del self._entries[index]
+            self._changed()
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._changed()
+
+    def __contains__(self, cls: object) -> bool:
+        return any(entry_cls is cls for entry_cls, _, _ in self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def classes(self) -> list[type]:
+        return [cls for cls, _, _ in self._entries]
+
+    def instances(self) -> list[Any]:
+        """The middleware objects in order, built once and shared by every thread."""
+        instances = self._instances
+        if instances is None:
+            with self._lock:
+                if self._instances is None:
+                    self._instances = [cls(*args, **kwargs) for cls, args, kwargs in self._entries]
+                instances = self._instances
+        return instances
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.instances())
+
+
+def _chain_from_setting(paths: list[str]) -> Chain:
+    return Chain([(import_string(path), (), {}) for path in paths])
+
+
+_chains: dict[str, Chain] = {}
+_chains_lock = threading.Lock()
+
+
+def client_chain() -> Chain:
+    """The process-wide client chain, first built from ``CLIENT_MIDDLEWARE``."""
+    chain = _chains.get("client")
+    if chain is None:
+        with _chains_lock:
+            chain = _chains.setdefault("client", _chain_from_setting(list(jobs_settings.CLIENT_MIDDLEWARE)))
+    return chain
+
+
+def server_chain() -> Chain:
+    """The process-wide server chain, first built from ``SERVER_MIDDLEWARE``."""
+    chain = _chains.get("server")
+    if chain is None:
+        with _chains_lock:
+            chain = _chains.setdefault("server", _chain_from_setting(list(jobs_settings.SERVER_MIDDLEWARE)))
+    return chain
+
+
+def reset_chains() -> None:
+    """Rebuild both chains from settings on next use (tests that change the setting)."""
+    with _chains_lock:
+        _chains.clear()
+
+
+def run_client_chain(job_class: type[Job] | None, item: Item, queue: str, redis: redis.Redis) -> Item | None:
+    """Pass ``item`` through every client middleware; None when one of them stopped the push."""
+    current: Item | None = item
+    for middleware in client_chain().instances():
+        current = middleware.call(job_class, current, queue, redis)
+        if current is None:
+            return None
+    return current
+
+
+def run_server_chain(job: Job, item: Item, queue: str, final: Callable[[], Any]) -> Any:
+    """Call ``final`` (the job's perform) inside every server middleware's ``call``."""
+    instances = server_chain().instances()
+    if not instances:
+        return final()
+
+    def step(index: int) -> Any:
+        if index == len(instances):
+            return final()
+        return instances[index].call(job, item, queue, lambda: step(index + 1))
+
+    return step(0)
+
+
+def notify(hook: str, *args: Any, **kwargs: Any) -> None:
+    """Call ``hook`` on every server middleware; a hook that raises is logged and ignored."""
+    for middleware in server_chain().instances():
+        try:
+            getattr(middleware, hook)(*args, **kwargs)
+        except Exception:  # the job's fate is already decided; a failing hook must not change it
+            logger.exception("server middleware %s.%s failed", type(middleware).__name__, hook)

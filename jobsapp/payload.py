@@ -1,0 +1,145 @@
+"""The job payload: Sidekiq's JSON item (shared/DESIGN.md §2), its validation and its encoding.
+
+Pure functions, no Redis. The producing side calls ``normalize_item`` and ``encode``; the
+consuming side calls ``decode``. Arguments must be JSON-native (None, bool, int, float that is
+finite, str, list, dict with str keys): anything else raises TypeError naming the path of the
+offending value, before anything is written, so a job never fails later on a value that changed
+shape in transit (a tuple turning into a list, a datetime turning into a string).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import time
+from typing import Any
+
+from .conf import jobs_settings
+from .errors import MalformedPayload, PayloadTooLarge
+
+Item = dict[str, Any]
+
+#: Options a job or a raw item may carry, and their defaults, as Sidekiq names them.
+ITEM_DEFAULTS: dict[str, Any] = {"retry": True, "queue": "default"}
+
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def new_jid() -> str:
+    """24 lowercase hex characters: 96 random bits, as Sidekiq's ``SecureRandom.hex(12)``."""
+    return secrets.token_hex(12)
+
+
+def now() -> float:
+    return time.time()
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def check_json_native(value: Any, path: str = "args") -> None:
+    """Raise TypeError naming the first value under ``path`` that JSON would not round-trip."""
+    kind = type(value)
+    if value is None or kind is str or kind is bool or kind is int:
+        return
+    if kind is float:
+        if not math.isfinite(value):
+            raise TypeError(f"{path} is {value!r}, which is not valid JSON")
+        return
+    if kind is list:
+        for index, element in enumerate(value):
+            check_json_native(element, f"{path}[{index}]")
+        return
+    if kind is dict:
+        for key, element in value.items():
+            if type(key) is not str:
+                raise TypeError(f"{path} has a key {key!r} of type {_type_name(key)}; JSON object keys are strings")
+            check_json_native(element, f"{path}[{json.dumps(key)}]")
+        return
+    article = "an" if _type_name(value)[:1].lower() in "aeiou" else "a"
+    raise TypeError(
+        f"{path} is {article} {_type_name(value)}; job arguments must be JSON-native "
+        "(None, bool, int, float, str, list, dict with str keys)"
+    )
+
+
+def normalize_item(item: Item) -> Item:
+    """Validate a raw item and fill in what Sidekiq's client fills in: jid, created_at, defaults.
+
+    The caller's dict is not changed. Unknown keys are kept (they ride along every hop).
+    """
+    if not isinstance(item, dict):
+        raise TypeError(f"a job item must be a dict, not {_type_name(item)}")
+    job_class = item.get("class")
+    if not isinstance(job_class, str) or not job_class:
+        raise ValueError('a job item needs "class": a non-empty string naming the job')
+    args = item.get("args", [])
+    if type(args) is not list:
+        raise TypeError(f'"args" must be a list, not {_type_name(args)}')
+    check_json_native(args, "args")
+    if "kwargs" in item:
+        if type(item["kwargs"]) is not dict:
+            raise TypeError(f'"kwargs" must be a dict, not {_type_name(item["kwargs"])}')
+        check_json_native(item["kwargs"], "kwargs")
+    queue = item.get("queue") or jobs_settings.DEFAULT_QUEUE
+    if not isinstance(queue, str):
+        raise TypeError(f'"queue" must be a string, not {_type_name(queue)}')
+    retry = item.get("retry", True)
+    if type(retry) not in (bool, int):
+        raise TypeError(f'"retry" must be true, false or a number of retries, not {retry!r}')
+    normalized = dict(item)
+    normalized["args"] = args
+    normalized["queue"] = queue
+    normalized["retry"] = retry
+    jid = normalized.get("jid")
+    if not jid:
+        normalized["jid"] = new_jid()
+    elif not isinstance(jid, str):
+        raise TypeError(f'"jid" must be a string, not {_type_name(jid)}')
+    if "created_at" not in normalized:
+        normalized["created_at"] = now()
+    for key, value in normalized.items():
+        if key not in ("args", "kwargs"):
+            check_json_native(value, key)
+    return normalized
+
+
+def encode(item: Item) -> bytes:
+    """Compact UTF-8 JSON; PayloadTooLarge past ``MAX_PAYLOAD_BYTES``."""
+    data = _encoder.encode(item).encode("utf-8")
+    limit = jobs_settings.MAX_PAYLOAD_BYTES
+    if limit and len(data) > limit:
+        raise PayloadTooLarge(
+            f"job {item.get('class')} ({item.get('jid')}) is {len(data)} bytes, over the {limit}-byte limit "
+            "(JOBSAPP['MAX_PAYLOAD_BYTES']); pass an id and load the data in the job instead"
+        )
+    return data
+
+
+def decode(raw: bytes | str) -> Item:
+    """Parse a job read from Redis; MalformedPayload when it is not a JSON object with a class."""
+    try:
+        item = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:  # the caller sends the raw text to the dead set
+        raise MalformedPayload(f"not valid JSON: {exc}") from None
+    if not isinstance(item, dict):
+        raise MalformedPayload(f"a job must be a JSON object, not {type(item).__name__}")
+    if not isinstance(item.get("class"), str):
+        raise MalformedPayload('the job has no "class" string')
+    if not isinstance(item.get("args", []), list):
+        raise MalformedPayload('the job\'s "args" is not a list')
+    return item
+
+
+def timestamp_seconds(value: Any) -> float | None:
+    """A payload time as float epoch seconds; an integer is Sidekiq 8's milliseconds."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value / 1000.0
+    if isinstance(value, float):
+        return value
+    return None
