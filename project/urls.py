@@ -1,8 +1,10 @@
-"""URL routes of the demo project: the admin, and each app's own urls."""
+"""URL routes of the demo project: the admin, the jobs dashboard, and the tracking API and pages."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("jobs/", include("jobsapp.urls")),
+    path("", include("tracking.urls")),
 ]
