@@ -1,0 +1,284 @@
+"""``ProcessSet`` and ``WorkSet``: the worker processes sharing this Redis and what they run.
+
+Any Sidekiq-compatible process (ours, or Ruby Sidekiq 6.4 / 7) registers its identity in the
+``processes`` SET and refreshes an ``<identity>`` HASH with a 60 s TTL every few seconds (``info``
+JSON, ``busy``, ``beat``, ``quiet``, ``rss``, ``rtt_us``). A name in the SET whose HASH has expired
+is a dead process: listing prunes it, as Sidekiq's ``ProcessSet#cleanup``. Listing all
+processes is one pipeline (HMGET per identity).
+
+Running jobs live in ``<identity>:work`` (Sidekiq 7+) or ``<identity>:workers`` (6.4): thread id
+-> JSON ``{"queue", "payload", "run_at"}`` where ``payload`` is the raw job JSON as a string
+(or, from older writers, an object). ``WorkSet`` reads both for every live process in one
+pipeline, preferring ``:work``.
+
+Signals: ``quiet``/``stop``/``dump_threads`` LPUSH ``TSTP``/``TERM``/``TTIN`` onto
+``<identity>-signals`` and set a 60 s TTL in one MULTI, exactly as Sidekiq's Web UI, so they reach
+Ruby processes too. Only identities present in ``processes`` are signalled: a form cannot make us
+write a key of its choosing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import keys
+from ..connection import get_redis
+from .guard import translate_errors
+from .records import JobRecord
+
+PROCESS_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us")
+SIGNAL_TTL_SECONDS = 60
+SIGNALS = {"quiet": "TSTP", "stop": "TERM", "dump_threads": "TTIN"}
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
+def _number(value: bytes | str | None, kind: type[int] | type[float]) -> Any:
+    try:
+        return kind(float(_text(value))) if value is not None else kind(0)
+    except ValueError:
+        return kind(0)
+
+
+@dataclass(frozen=True)
+class Process:
+    """One live worker process, from its heartbeat hash."""
+
+    identity: str
+    info: dict[str, Any]
+    busy: int
+    beat: float
+    quiet: bool
+    rss_kb: int
+    rtt_us: int
+
+    @property
+    def hostname(self) -> str:
+        return str(self.info.get("hostname", ""))
+
+    @property
+    def pid(self) -> int | None:
+        value = self.info.get("pid")
+        return value if isinstance(value, int) else None
+
+    @property
+    def tag(self) -> str:
+        return str(self.info.get("tag") or "")
+
+    @property
+    def labels(self) -> list[str]:
+        value = self.info.get("labels")
+        return [str(label) for label in value] if isinstance(value, list) else []
+
+    @property
+    def queues(self) -> list[str]:
+        value = self.info.get("queues")
+        return [str(queue) for queue in value] if isinstance(value, list) else []
+
+    @property
+    def concurrency(self) -> int:
+        value = self.info.get("concurrency")
+        return value if isinstance(value, int) else 0
+
+    @property
+    def started_at(self) -> float | None:
+        value = self.info.get("started_at")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    @property
+    def version(self) -> str:
+        return str(self.info.get("version") or "")
+
+    @property
+    def stopping(self) -> bool:
+        """Sidekiq's name for a quiet process (it will not fetch again)."""
+        return self.quiet
+
+    def seconds_since_beat(self, *, now: float | None = None) -> float:
+        return max((time.time() if now is None else now) - self.beat, 0.0)
+
+
+@dataclass(frozen=True)
+class Work:
+    """One running job: which process and thread, since when, and the job."""
+
+    identity: str
+    thread_id: str
+    queue: str
+    run_at: float
+    record: JobRecord = field(compare=False)
+
+
+class ProcessSet:
+    """The live processes; constructing nothing, every method reads Redis afresh."""
+
+    @staticmethod
+    @translate_errors
+    def all(*, prune: bool = True) -> list[Process]:
+        """Every live process, sorted by identity; dead names are pruned from ``processes``."""
+        connection = get_redis()
+        identities = sorted(_text(name) for name in connection.smembers(keys.PROCESSES))
+        if not identities:
+            return []
+        pipe = connection.pipeline(transaction=False)
+        for identity in identities:
+            pipe.hmget(keys.process(identity), *PROCESS_FIELDS)
+        processes = []
+        dead = []
+        for identity, (info, busy, beat, quiet, rss, rtt_us) in zip(identities, pipe.execute(), strict=True):
+            if info is None:
+                dead.append(identity)
+                continue
+            try:
+                decoded = json.loads(info)
+            except (ValueError, UnicodeDecodeError):  # a garbled info still shows the process
+                decoded = {}
+            if not isinstance(decoded, dict):
+                decoded = {}
+            processes.append(
+                Process(
+                    identity=identity,
+                    info=decoded,
+                    busy=_number(busy, int),
+                    beat=_number(beat, float),
+                    quiet=_text(quiet) == "true",
+                    rss_kb=_number(rss, int),
+                    rtt_us=_number(rtt_us, int),
+                )
+            )
+        if prune and dead:
+            connection.srem(keys.PROCESSES, *dead)
+        return processes
+
+    @staticmethod
+    @translate_errors
+    def cleanup() -> int:
+        """Remove identities whose heartbeat hash expired; returns how many."""
+        connection = get_redis()
+        identities = [_text(name) for name in connection.smembers(keys.PROCESSES)]
+        if not identities:
+            return 0
+        pipe = connection.pipeline(transaction=False)
+        for identity in identities:
+            pipe.hexists(keys.process(identity), "info")
+        dead = [identity for identity, alive in zip(identities, pipe.execute(), strict=True) if not alive]
+        return int(connection.srem(keys.PROCESSES, *dead)) if dead else 0
+
+    @staticmethod
+    @translate_errors
+    def size() -> int:
+        """Names in ``processes`` (not pruned: may count a process that died < 60 s ago)."""
+        return int(get_redis().scard(keys.PROCESSES))
+
+    @staticmethod
+    @translate_errors
+    def signal(identity: str, signal_name: str) -> bool:
+        """Push a signal for a live process; False (nothing written) for an unknown identity."""
+        if signal_name not in SIGNALS.values():
+            raise ValueError(f"unknown signal {signal_name!r}; expected one of {sorted(SIGNALS.values())}")
+        connection = get_redis()
+        if not connection.sismember(keys.PROCESSES, identity):
+            return False
+        pipe = connection.pipeline(transaction=True)
+        pipe.lpush(keys.signals(identity), signal_name)
+        pipe.expire(keys.signals(identity), SIGNAL_TTL_SECONDS)
+        pipe.execute()
+        return True
+
+    @classmethod
+    def quiet(cls, identity: str) -> bool:
+        """Ask the process to stop fetching new jobs (TSTP)."""
+        return cls.signal(identity, SIGNALS["quiet"])
+
+    @classmethod
+    def stop(cls, identity: str) -> bool:
+        """Ask the process to shut down (TERM): finish or requeue its jobs, then exit."""
+        return cls.signal(identity, SIGNALS["stop"])
+
+    @classmethod
+    def dump_threads(cls, identity: str) -> bool:
+        """Ask the process to log every thread's stack (TTIN)."""
+        return cls.signal(identity, SIGNALS["dump_threads"])
+
+
+def _work_entry(identity: str, thread_id: bytes, value: bytes) -> Work | None:
+    try:
+        decoded = json.loads(value)
+    except (ValueError, UnicodeDecodeError):  # a garbled entry is skipped: the job itself is fine
+        return None
+    if not isinstance(decoded, dict):
+        return None
+    payload = decoded.get("payload")
+    if isinstance(payload, dict):
+        raw: bytes | str = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    elif isinstance(payload, (str, bytes)):
+        raw = payload
+    else:
+        raw = b""
+    queue = decoded.get("queue")
+    run_at = decoded.get("run_at")
+    record = JobRecord(raw, queue=queue if isinstance(queue, str) else None)
+    return Work(
+        identity=identity,
+        thread_id=_text(thread_id),
+        queue=record.queue,
+        run_at=float(run_at) if isinstance(run_at, (int, float)) and not isinstance(run_at, bool) else 0.0,
+        record=record,
+    )
+
+
+class WorkSet:
+    """The jobs running right now in every live process (as fresh as their last heartbeat)."""
+
+    @staticmethod
+    @translate_errors
+    def all() -> list[Work]:
+        """Running jobs, longest running first."""
+        connection = get_redis()
+        identities = sorted(_text(name) for name in connection.smembers(keys.PROCESSES))
+        if not identities:
+            return []
+        pipe = connection.pipeline(transaction=False)
+        for identity in identities:
+            pipe.exists(keys.process(identity))
+            pipe.hgetall(keys.work(identity))
+            pipe.hgetall(keys.workers(identity))
+        replies = pipe.execute()
+        running = []
+        for index, identity in enumerate(identities):
+            alive, work, workers = replies[3 * index : 3 * index + 3]
+            if not alive:
+                continue
+            for thread_id, value in (work or workers).items():
+                entry = _work_entry(identity, thread_id, value)
+                if entry is not None:
+                    running.append(entry)
+        running.sort(key=lambda entry: entry.run_at)
+        return running
+
+    @staticmethod
+    @translate_errors
+    def size() -> int:
+        """Busy threads as the processes last reported them (sum of ``busy``)."""
+        connection = get_redis()
+        identities = [_text(name) for name in connection.smembers(keys.PROCESSES)]
+        if not identities:
+            return 0
+        pipe = connection.pipeline(transaction=False)
+        for identity in identities:
+            pipe.hget(keys.process(identity), "busy")
+        return sum(_number(busy, int) for busy in pipe.execute())
+
+    @classmethod
+    def find_job(cls, jid: str) -> Work | None:
+        for entry in cls.all():
+            if jid and entry.record.jid == jid:
+                return entry
+        return None

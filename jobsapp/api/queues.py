@@ -1,0 +1,196 @@
+"""``Queue``: one ``queue:<name>`` LIST, as Sidekiq's ``Sidekiq::Queue``, plus pause and resume.
+
+Producers LPUSH, consumers take from the right, so index 0 is the newest job and -1 the oldest;
+latency is now minus the oldest job's ``enqueued_at`` (float seconds, or Sidekiq 8's integer
+milliseconds). Listing reads pages with LRANGE. Deleting a job sends back the raw bytes read
+(LREM count 1): the job is removed exactly, or not at all if a worker took it first.
+
+``clear`` removes the list and the name from ``queues`` in one MULTI, as Sidekiq. Pausing adds
+the name to ``jobsapp:paused`` (fetch skips it; jobs stay and new pushes still land); a paused
+queue keeps showing in ``Queue.all()`` even when empty, so it can always be resumed. Redis
+connection errors raise ``RedisUnavailable``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .. import keys
+from ..connection import get_redis
+from .guard import translate_errors
+from .records import JobRecord, Page, clamp_page
+
+#: Jobs read per LRANGE when scanning a whole queue (find_job, delete by jid).
+SCAN_CHUNK = 1000
+
+
+def _decode(value: bytes | str) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
+def latency_of(oldest_raw: bytes | str | None, now: float) -> float:
+    """Seconds since the oldest job (the rightmost entry) was enqueued; 0 for an empty queue."""
+    if not oldest_raw:
+        return 0.0
+    return JobRecord(oldest_raw).latency(now=now)
+
+
+def summarize(names: list[str], paused: set[str], replies: list[Any], now: float) -> list[QueueSummary]:
+    """Summaries from pipelined (LLEN, LRANGE -1 -1) reply pairs, one pair per name; largest first."""
+    summaries = []
+    for index, name in enumerate(names):
+        size, oldest = replies[2 * index], replies[2 * index + 1]
+        summaries.append(QueueSummary(name, int(size), latency_of(oldest[0] if oldest else None, now), name in paused))
+    summaries.sort(key=lambda summary: (-summary.size, summary.name))
+    return summaries
+
+
+@dataclass(frozen=True)
+class QueueSummary:
+    """A queue's size, latency and pause state, read in one pipeline with all the others."""
+
+    name: str
+    size: int
+    latency_seconds: float
+    paused: bool
+
+
+class Queue:
+    """A queue by name (without the ``queue:`` prefix)."""
+
+    def __init__(self, name: str = "default") -> None:
+        self.name = str(name)
+        self.key = keys.queue(self.name)
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Queue) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    # --- listing all queues -----------------------------------------------------------
+
+    @classmethod
+    @translate_errors
+    def names(cls) -> list[str]:
+        """Every queue in ``queues`` plus every paused queue, sorted."""
+        pipe = get_redis().pipeline(transaction=False)
+        pipe.smembers(keys.QUEUES)
+        pipe.smembers(keys.PAUSED)
+        known, paused = pipe.execute()
+        return sorted({_decode(name) for name in known} | {_decode(name) for name in paused})
+
+    @classmethod
+    def all(cls) -> list[Queue]:
+        return [cls(name) for name in cls.names()]
+
+    @classmethod
+    @translate_errors
+    def summaries(cls, *, now: float | None = None) -> list[QueueSummary]:
+        """Size, latency and pause state of every queue in two round trips, largest first."""
+        current = time.time() if now is None else now
+        connection = get_redis()
+        pipe = connection.pipeline(transaction=False)
+        pipe.smembers(keys.QUEUES)
+        pipe.smembers(keys.PAUSED)
+        known, paused_raw = pipe.execute()
+        paused = {_decode(name) for name in paused_raw}
+        names = sorted({_decode(name) for name in known} | paused)
+        return cls._summaries_for(names, paused, current)
+
+    @classmethod
+    def _summaries_for(cls, names: list[str], paused: set[str], now: float) -> list[QueueSummary]:
+        if not names:
+            return []
+        pipe = get_redis().pipeline(transaction=False)
+        for name in names:
+            pipe.llen(keys.queue(name))
+            pipe.lrange(keys.queue(name), -1, -1)
+        return summarize(names, paused, pipe.execute(), now)
+
+    # --- one queue ----------------------------------------------------------------------
+
+    @translate_errors
+    def size(self) -> int:
+        return int(get_redis().llen(self.key))
+
+    @translate_errors
+    def latency(self, *, now: float | None = None) -> float:
+        """Seconds the oldest job has waited."""
+        oldest = get_redis().lrange(self.key, -1, -1)
+        return latency_of(oldest[0] if oldest else None, time.time() if now is None else now)
+
+    @translate_errors
+    def is_paused(self) -> bool:
+        return bool(get_redis().sismember(keys.PAUSED, self.name))
+
+    @translate_errors
+    def pause(self) -> None:
+        """Fetch stops taking from this queue; pushes still land in it."""
+        get_redis().sadd(keys.PAUSED, self.name)
+
+    @translate_errors
+    def resume(self) -> None:
+        get_redis().srem(keys.PAUSED, self.name)
+
+    @translate_errors
+    def page(self, number: int = 1, per_page: int = 25) -> Page[JobRecord]:
+        """Jobs newest first (index 0 is the last pushed); ``total`` is the queue size."""
+        number, per_page = clamp_page(number, per_page)
+        start = (number - 1) * per_page
+        pipe = get_redis().pipeline(transaction=False)
+        pipe.llen(self.key)
+        pipe.lrange(self.key, start, start + per_page - 1)
+        total, raws = pipe.execute()
+        return Page([JobRecord(raw, queue=self.name) for raw in raws], int(total), number, per_page)
+
+    def __iter__(self) -> Iterator[JobRecord]:
+        return self.scan()
+
+    def scan(self, *, needle: bytes | None = None) -> Iterator[JobRecord]:
+        """Every job, newest first, read SCAN_CHUNK at a time; only those containing ``needle``."""
+        read_chunk = translate_errors(get_redis().lrange)
+        start = 0
+        while True:
+            raws = read_chunk(self.key, start, start + SCAN_CHUNK - 1)
+            if not raws:
+                return
+            for raw in raws:
+                if needle is None or needle in raw:
+                    yield JobRecord(raw, queue=self.name)
+            start += SCAN_CHUNK
+
+    def find_job(self, jid: str) -> JobRecord | None:
+        """The job with this jid, or None. O(queue size): for operators, not for app logic."""
+        if not jid:
+            return None
+        for record in self.scan(needle=jid.encode("utf-8")):
+            if record.jid == jid:
+                return record
+        return None
+
+    @translate_errors
+    def delete(self, record: JobRecord) -> bool:
+        """Remove exactly this job (by its raw bytes); False if it was no longer there."""
+        return bool(get_redis().lrem(self.key, 1, record.raw))  # type: ignore[arg-type]
+
+    def delete_job(self, jid: str) -> bool:
+        """Find the job by jid and remove it; False when it is not (or no longer) in the queue."""
+        record = self.find_job(jid)
+        return record is not None and self.delete(record)
+
+    @translate_errors
+    def clear(self) -> int:
+        """Drop every job and forget the queue name; returns how many jobs were dropped."""
+        pipe = get_redis().pipeline(transaction=True)
+        pipe.llen(self.key)
+        pipe.unlink(self.key)
+        pipe.srem(keys.QUEUES, self.name)
+        size, _, _ = pipe.execute()
+        return int(size)

@@ -1,0 +1,139 @@
+"""``Stats`` and ``History``: the dashboard's headline numbers, as Sidekiq's ``Sidekiq::Stats``.
+
+``Stats.fetch()`` costs two round trips whatever the number of queues and processes: the first
+pipeline reads the lifetime counters, the three set sizes and the members of ``queues``,
+``jobsapp:paused`` and ``processes``; the second reads, per process, its ``busy`` and whether its
+heartbeat is alive, and per queue its length and oldest job (for latency). Busy threads count
+live processes only; ``processes_size`` counts live ones too (Sidekiq's SCARD may include a
+process that died less than a minute ago; the dashboard shouldn't).
+
+``History`` reads the daily counters ``stat:processed:YYYY-MM-DD`` / ``stat:failed:YYYY-MM-DD``
+(UTC dates) with one MGET each, newest day first, missing days as 0.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+
+from .. import keys
+from ..connection import get_redis
+from .guard import translate_errors
+from .queues import QueueSummary, summarize
+
+#: Sidekiq stores five years of daily counters; History refuses to read more.
+MAX_HISTORY_DAYS = 5 * 365
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
+def _int(value: bytes | str | None) -> int:
+    if value is None:
+        return 0
+    try:
+        return int(float(_text(value)))
+    except ValueError:
+        return 0
+
+
+@dataclass(frozen=True)
+class History:
+    """Processed and failed per UTC day, newest first: ``{"2024-05-01": 12, ...}``."""
+
+    processed: dict[str, int]
+    failed: dict[str, int]
+
+    @classmethod
+    @translate_errors
+    def fetch(cls, days: int = 30, *, start_date: dt.date | None = None) -> History:
+        if not 1 <= days <= MAX_HISTORY_DAYS:
+            raise ValueError(f"days must be between 1 and {MAX_HISTORY_DAYS}")
+        start = start_date or dt.datetime.now(dt.UTC).date()
+        dates = [start - dt.timedelta(days=offset) for offset in range(days)]
+        pipe = get_redis().pipeline(transaction=False)
+        pipe.mget([keys.stat_processed_daily(day) for day in dates])
+        pipe.mget([keys.stat_failed_daily(day) for day in dates])
+        processed, failed = pipe.execute()
+        labels = [day.isoformat() for day in dates]
+        return cls(
+            processed={label: _int(value) for label, value in zip(labels, processed, strict=True)},
+            failed={label: _int(value) for label, value in zip(labels, failed, strict=True)},
+        )
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A snapshot of the whole installation's counters."""
+
+    processed: int
+    failed: int
+    scheduled_size: int
+    retry_size: int
+    dead_size: int
+    processes_size: int
+    workers_size: int
+    enqueued: int
+    default_queue_latency: float
+    queues: list[QueueSummary]
+    taken_at: float
+
+    @property
+    def busy(self) -> int:
+        return self.workers_size
+
+    @property
+    def paused_queues(self) -> list[str]:
+        return [queue.name for queue in self.queues if queue.paused]
+
+    @classmethod
+    @translate_errors
+    def fetch(cls, *, now: float | None = None) -> Stats:
+        """Everything, in two pipelined round trips."""
+        current = time.time() if now is None else now
+        connection = get_redis()
+        pipe = connection.pipeline(transaction=False)
+        pipe.get(keys.STAT_PROCESSED)
+        pipe.get(keys.STAT_FAILED)
+        pipe.zcard(keys.SCHEDULE)
+        pipe.zcard(keys.RETRY)
+        pipe.zcard(keys.DEAD)
+        pipe.smembers(keys.QUEUES)
+        pipe.smembers(keys.PAUSED)
+        pipe.smembers(keys.PROCESSES)
+        processed, failed, scheduled, retries, dead, queue_names, paused_names, identities = pipe.execute()
+        paused = {_text(name) for name in paused_names}
+        names = sorted({_text(name) for name in queue_names} | paused)
+        processes = sorted(_text(name) for name in identities)
+
+        pipe = connection.pipeline(transaction=False)
+        for identity in processes:
+            pipe.hmget(keys.process(identity), "info", "busy")
+        for name in names:
+            pipe.llen(keys.queue(name))
+            pipe.lrange(keys.queue(name), -1, -1)
+        replies = pipe.execute()
+        heartbeats = replies[: len(processes)]
+        alive = [busy for info, busy in heartbeats if info is not None]
+        queue_replies = replies[len(processes) :]
+        summaries = summarize(names, paused, queue_replies, current)
+        default = next((summary for summary in summaries if summary.name == "default"), None)
+        return cls(
+            processed=_int(processed),
+            failed=_int(failed),
+            scheduled_size=int(scheduled),
+            retry_size=int(retries),
+            dead_size=int(dead),
+            processes_size=len(alive),
+            workers_size=sum(_int(busy) for busy in alive),
+            enqueued=sum(summary.size for summary in summaries),
+            default_queue_latency=default.latency_seconds if default else 0.0,
+            queues=summaries,
+            taken_at=current,
+        )
+
+    @staticmethod
+    def history(days: int = 30, *, start_date: dt.date | None = None) -> History:
+        return History.fetch(days, start_date=start_date)
