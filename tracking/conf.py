@@ -1,0 +1,37 @@
+"""The tracking layer's settings: one dict, ``settings.TRACKING``, with documented defaults.
+
+Read lazily on every access, so ``override_settings(TRACKING=...)`` takes effect at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+DEFAULTS: dict[str, Any] = {
+    # DRF rate for every tracking endpoint, per user (anonymous callers are refused anyway).
+    "API_THROTTLE_RATE": "1200/min",
+    # Page size of the task and event lists, and the largest ?page_size= a caller may ask for.
+    "API_PAGE_SIZE": 50,
+    "API_MAX_PAGE_SIZE": 500,
+    # How often the progress page polls the summary.
+    "PAGE_POLL_INTERVAL_MILLISECONDS": 1000,
+    # A running job's progress messages are written at most this often (and always at the end).
+    "MESSAGE_FLUSH_INTERVAL_SECONDS": 1.0,
+    # Tasks and events inserted per INSERT statement by Task.objects.launch.
+    "LAUNCH_BATCH_SIZE": 500,
+}
+
+
+class TrackingSettings:
+    """Attribute access to ``settings.TRACKING`` merged over DEFAULTS, read on every access."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"unknown tracking setting {name!r}")
+        user = getattr(settings, "TRACKING", {}) or {}
+        return user.get(name, DEFAULTS[name])
+
+
+tracking_settings = TrackingSettings()

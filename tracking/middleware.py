@@ -1,0 +1,148 @@
+"""The tracking layer's two engine middleware: the only place tracking meets the engine.
+
+``TrackingClientMiddleware`` runs in the pushing thread, once per job (push and push_bulk; never
+for the scheduler's moves from ``schedule``/``retry``, so ``enqueue`` is recorded once per job).
+For a job pushed by ``Task.objects.launch`` it only swaps in the jid recorded beforehand; for any
+other tracked job it inserts the event (and a task of its own, or joins ``task_id``). Put it first
+in ``CLIENT_MIDDLEWARE`` so it sees every job of a bulk push.
+
+``TrackingServerMiddleware`` runs in processor threads around ``perform``: ``working`` before,
+then ``finish``, ``failed`` (the job raised ``NoRetryError``/``BusinessFailure``) or ``error`` (any
+other exception: the engine then calls ``on_retry``, back to ``enqueue`` with "waiting for retry
+(n of m)", or ``on_dead``, a final ``error``). ``on_requeue`` records a job put back at shutdown.
+
+Both return at once, without a query, for a job whose payload lacks ``use_task_event``. A
+database error while recording is logged and the job goes on: tracking never decides a job's
+fate. Both are shared by every thread and keep no per-job state on ``self``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError
+
+from jobsapp import ClientMiddleware, NoRetryError, ServerMiddleware
+
+from . import recorder
+from .launching import recorded_jid_for
+from .progress import EventHandle
+
+if TYPE_CHECKING:
+    import redis
+
+    from jobsapp import Job
+
+logger = logging.getLogger("tracking.middleware")
+
+Item = dict[str, Any]
+
+#: on_dead reasons, as the event's last message says them.
+DEAD_REASONS = {
+    "retries_exhausted": "retries exhausted",
+    "no_retry": "failed, not retried",
+    "retry_disabled": "not retried (retry is disabled for this job)",
+    "unknown_class": "not run: unknown job class",
+    "poison": "not run again: it kept crashing its worker",
+    "malformed": "not run: malformed payload",
+}
+
+
+def is_tracked(item: Any) -> bool:
+    return isinstance(item, dict) and bool(item.get("use_task_event")) and isinstance(item.get("jid"), str)
+
+
+def describe(exception: BaseException) -> str:
+    text = str(exception)
+    return f"{type(exception).__name__}: {text}" if text else type(exception).__name__
+
+
+class TrackingClientMiddleware(ClientMiddleware):
+    """Records ``enqueue`` for tracked jobs as they are pushed."""
+
+    def call(self, job_class: type[Job] | None, item: Item, queue: str, redis: redis.Redis) -> Item | None:
+        if not is_tracked(item):
+            return item
+        recorded_jid = recorded_jid_for(item)
+        if recorded_jid is not None:
+            return {**item, "jid": recorded_jid}
+        # A job of its own (perform_async / set(task_id=...)): recorded in the caller's
+        # transaction, if any. An error here propagates: nothing has been pushed yet.
+        task_id = recorder.record_enqueue(item)
+        return {**item, "task_id": task_id}
+
+
+class TrackingServerMiddleware(ServerMiddleware):
+    """Records a tracked job's run and the engine's decisions about it."""
+
+    def call(self, job: Job, item: Item, queue: str, call_next: Callable[[], Any]) -> Any:
+        if not is_tracked(item):
+            return call_next()
+        handle = EventHandle(item["jid"])
+        job.task_event = handle  # type: ignore[attr-defined]
+        self._safely(handle, self._start, item, handle)
+        try:
+            result = call_next()
+        except NoRetryError as exc:
+            # A business failure: the engine fails the job without retry; the event is final.
+            self._safely(handle, handle.end, recorder.FAILED_ON_PURPOSE, str(exc) or type(exc).__name__)
+            raise
+        except Exception as exc:
+            # A crash: the engine retries or kills the job next and tells on_retry / on_dead.
+            self._safely(handle, handle.end, recorder.CRASHED, describe(exc))
+            raise
+        self._safely(handle, handle.end, recorder.FINISHED, None)
+        return result
+
+    @staticmethod
+    def _start(item: Item, handle: EventHandle) -> None:
+        if handle.start():
+            return
+        if recorder.Event.objects.filter(job_id=item["jid"]).exists():
+            return  # final already: a late duplicate run, which changes nothing
+        # No event: pushed without the client middleware (by Ruby, or before tracking was
+        # installed), or by a transaction not committed yet, whose insert we then wait for.
+        recorder.record_enqueue(item)
+        handle.start()
+
+    @staticmethod
+    def _safely(handle: EventHandle, function: Callable[..., Any], *args: Any) -> None:
+        try:
+            function(*args)
+        except DatabaseError:  # the job runs (or ends) as the engine decides; only the record is lost
+            logger.exception("tracking: could not record job %s", handle.job_id)
+
+    def on_retry(
+        self,
+        job_class: type[Job] | None,
+        item: Item,
+        exception: BaseException,
+        *,
+        retry_count: int,
+        retry_limit: int,
+        run_at: float,
+    ) -> None:
+        if is_tracked(item):
+            recorder.record(
+                item["jid"], recorder.RETRY_SCHEDULED, message=f"waiting for retry ({retry_count + 1} of {retry_limit})"
+            )
+
+    def on_dead(self, job_class: type[Job] | None, item: Item, exception: BaseException | None, *, reason: str) -> None:
+        if not is_tracked(item):
+            return
+        if reason == "no_retry":
+            # Recorded as failed by call() already (then this is a no-op); recorded here when
+            # that write was lost.
+            text = str(exception) if exception is not None else ""
+            recorder.record(item["jid"], recorder.FAILED_ON_PURPOSE, message=text or DEAD_REASONS[reason])
+            return
+        message = DEAD_REASONS.get(reason, f"not run again: {reason}")
+        if exception is not None and reason not in ("retries_exhausted", "retry_disabled", "no_retry"):
+            message = f"{message} ({describe(exception)})"
+        recorder.record(item["jid"], recorder.DEAD, message=message)
+
+    def on_requeue(self, item: Item, *, reason: str) -> None:
+        if is_tracked(item):
+            recorder.record(item["jid"], recorder.REQUEUED, message=f"requeued unfinished ({reason})")

@@ -1,0 +1,69 @@
+"""The handle a running tracked job reports through: ``self.task_event`` on the job instance.
+
+Built by the tracking server middleware for each run of a tracked job, used only by the
+processor thread running it (and any thread the job starts: it is locked). Progress messages are
+buffered and written at most once per ``MESSAGE_FLUSH_INTERVAL_SECONDS``; whatever is left goes
+out in the same write as the job's final status, so a job that reports every row of a chunk costs
+one query per second, not one per row. If the worker dies, unwritten messages are lost; the
+event's status is not.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from . import recorder
+from .conf import tracking_settings
+
+
+class EventHandle:
+    """Records one run of one tracked job: start, progress messages, and how it ended."""
+
+    def __init__(
+        self,
+        job_id: str,
+        *,
+        flush_interval_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.job_id = job_id
+        self.flush_interval_seconds = (
+            tracking_settings.MESSAGE_FLUSH_INTERVAL_SECONDS
+            if flush_interval_seconds is None
+            else flush_interval_seconds
+        )
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._buffer: list[recorder.MessageEntry] = []
+        self._last_flush = clock()
+
+    def start(self) -> bool:
+        """Record ``working``; False when the event is final already (a late duplicate) or missing."""
+        self._last_flush = self._clock()
+        return recorder.record(self.job_id, recorder.START)
+
+    def add_message(self, message: str) -> None:
+        """Append a progress message ("row 3,412 of 10,000"); written in batches."""
+        with self._lock:
+            self._buffer.append(recorder.message_entry(recorder.WORKING, message))
+            due = self._clock() - self._last_flush >= self.flush_interval_seconds
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered messages now (one query pair), keeping the status."""
+        entries = self._take()
+        if entries:
+            recorder.record(self.job_id, recorder.MESSAGES_ONLY, entries=entries)
+
+    def end(self, transition: recorder.Transition, message: str | None = None) -> bool:
+        """Record how the run ended, with the buffered messages, in one write."""
+        return recorder.record(self.job_id, transition, entries=self._take(), message=message)
+
+    def _take(self) -> list[recorder.MessageEntry]:
+        with self._lock:
+            entries, self._buffer = self._buffer, []
+            self._last_flush = self._clock()
+        return entries
