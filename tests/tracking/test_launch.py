@@ -1,0 +1,162 @@
+"""Task.objects.launch: rows in bulk, jobs pushed after commit under the recorded jids."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from django.db import close_old_connections, connection, transaction
+
+from jobsapp import middleware
+from tests.tracking.conftest import pop_item, run_item
+from tests.tracking.jobs import Crashes, Succeeds
+from tracking.models import Event, Task
+
+
+def queued_items(redis, queue: str = "default") -> list[dict]:
+    return [json.loads(raw) for raw in reversed(redis.lrange(f"queue:{queue}", 0, -1))]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_jobs_reach_redis_only_after_the_rows_are_committed(redis):
+    # Given an open transaction, When a task of 30 jobs is launched inside it
+    with transaction.atomic():
+        task = Task.objects.launch(Succeeds, [[index] for index in range(30)], name="thirty")
+        # Then nothing is in Redis yet
+        assert redis.llen("queue:default") == 0
+        assert Event.objects.filter(task=task).count() == 30
+    # And after the commit every job is there, in order, under the jid of its event
+    items = queued_items(redis)
+    assert [item["args"] for item in items] == [[index] for index in range(30)]
+    events = {row.job_id: row for row in Event.objects.filter(task=task)}
+    assert {item["jid"] for item in items} == set(events)
+    for item in items:
+        assert events[item["jid"]].params == {"args": item["args"]}
+        assert item["task_id"] == task.pk and item["use_task_event"] is True
+    task.refresh_from_db()
+    assert (task.name, task.total, task.counts["enqueue"], task.status) == ("thirty", 30, 30, "pending")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_launch_pushes_nothing(redis):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Task.objects.launch(Succeeds, [[1], [2]])
+        raise RuntimeError("the view failed after launching")
+    assert redis.llen("queue:default") == 0 and not Task.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_launching_thousands_costs_a_handful_of_queries(redis, django_assert_max_num_queries, settings):
+    settings.TRACKING = {"LAUNCH_BATCH_SIZE": 1000}
+    with django_assert_max_num_queries(8):
+        task = Task.objects.launch(Succeeds, [[index] for index in range(3000)])
+    assert redis.llen("queue:default") == 3000
+    assert Event.objects.filter(task=task, status="enqueue").count() == 3000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_launched_jobs_run_to_a_finished_task(redis, django_user_model):
+    owner = django_user_model.objects.create_user("ann")
+    task = Task.objects.launch(Succeeds, [[1], [2], [3]], owner=owner)
+    for _ in range(3):
+        run_item(pop_item(redis))
+    task.refresh_from_db()
+    assert task.owner == owner and task.status == "finished" and task.counts["finish"] == 3 and task.progress == 1.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_follow_up_job_runs_once_every_other_job_settled(redis):
+    # Given a task with a follow-up step
+    task = Task.objects.launch(Succeeds, [[1], [2]], then=Succeeds, then_args=["assemble"])
+    run_item(pop_item(redis))
+    assert redis.llen("queue:default") == 1
+    # When the last job settles (a failure counts as settled)
+    with pytest.raises(ZeroDivisionError):
+        run_item({**pop_item(redis), "class": Crashes.wire_name()})
+    middleware.notify(
+        "on_dead",
+        Crashes,
+        {"use_task_event": True, "jid": Event.objects.get(task=task, status="error").job_id},
+        ZeroDivisionError(),
+        reason="retries_exhausted",
+    )
+    # Then the follow-up job is added to the task and pushed, and the task is not finished yet
+    task.refresh_from_db()
+    assert (task.total, task.then_queued, task.finished_at) == (3, True, None)
+    follow_up = pop_item(redis)
+    assert follow_up["args"] == ["assemble"] and Event.objects.get(job_id=follow_up["jid"]).task_id == task.pk
+    # When it finishes, the task finishes
+    run_item(follow_up)
+    task.refresh_from_db()
+    assert task.status == "finished" and task.counts == {
+        "enqueue": 0,
+        "working": 0,
+        "finish": 2,
+        "failed": 0,
+        "error": 1,
+    }
+    assert redis.llen("queue:default") == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_stopped_by_another_client_middleware_is_settled(redis):
+    class DropEven(middleware.ClientMiddleware):
+        def call(self, job_class, item, queue, redis):
+            return None if item["args"][0] % 2 == 0 else item
+
+    middleware.client_chain().add(DropEven)
+    task = Task.objects.launch(Succeeds, [[1], [2], [3], [4]])
+    assert [item["args"] for item in queued_items(redis)] == [[1], [3]]
+    dropped = Event.objects.filter(task=task, status="error", is_final=True)
+    assert sorted(row.params["args"][0] for row in dropped) == [2, 4]
+    task.refresh_from_db()
+    assert task.counts["error"] == 2 and task.counts["enqueue"] == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_empty_launch_is_finished_at_once():
+    task = Task.objects.launch(Succeeds, [])
+    assert task.status == "finished" and task.progress == 1.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_arguments_must_be_json_native_and_nothing_is_written_otherwise(redis):
+    with pytest.raises(TypeError):
+        Task.objects.launch(Succeeds, [[object()]])
+    assert not Task.objects.exists() and redis.llen("queue:default") == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ten_threads_running_every_job_twice_count_each_job_once(redis):
+    # Given 60 jobs, each delivered twice (at-least-once), When 10 threads run them all at once
+    task = Task.objects.launch(Succeeds, [[index] for index in range(60)])
+    items = queued_items(redis) * 2
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            while True:
+                with lock:
+                    if not items:
+                        return
+                    item = items.pop()
+                run_item(item)
+        except BaseException as exc:  # reported to the test thread
+            errors.append(exc)
+        finally:
+            close_old_connections()
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Then every job counts once, and the task finished exactly once
+    assert errors == []
+    task.refresh_from_db()
+    assert task.counts == {"enqueue": 0, "working": 0, "finish": 60, "failed": 0, "error": 0}
+    assert task.settled_count == 60 and task.status == "finished"
+    assert Event.objects.filter(task=task, status="finish").count() == 60
