@@ -1,6 +1,24 @@
-"""Dashboard routes, mounted under /jobs/ by the project."""
+"""Dashboard routes, mounted under /jobs/ by the project (``app_name`` "jobsapp").
 
-from django.urls import path  # noqa: F401
+GET pages first, then the POST-only action endpoints, then metrics. Queue names may hold any
+character, so a queue page takes the rest of the path.
+"""
+
+from django.urls import path
+
+from .dashboard import actions, metrics, pages
 
 app_name = "jobsapp"
-urlpatterns: list = []
+urlpatterns = [
+    path("", pages.overview, name="overview"),
+    path("stats.json", pages.stats_json, name="stats_json"),
+    path("queues/", pages.queues, name="queues"),
+    path("queues/<path:name>", pages.queue, name="queue"),
+    path("busy/", pages.busy, name="busy"),
+    path("jobs/<str:jid>/", pages.job, name="job"),
+    path("sets/<slug:slug>/", pages.job_set, name="job_set"),
+    path("actions/queue", actions.queue_action, name="queue_action"),
+    path("actions/process", actions.process_action, name="process_action"),
+    path("actions/sets/<slug:slug>", actions.set_action, name="set_action"),
+    path("metrics", metrics.metrics, name="metrics"),
+]

@@ -15,18 +15,19 @@ raises ``jobsapp.RedisUnavailable``.
 """
 
 from .lookup import Location, find_job
-from .processes import Process, ProcessSet, Work, WorkSet
+from .processes import DurationHistogram, Process, ProcessSet, Work, WorkSet, job_durations
 from .queues import Queue, QueueSummary
 from .records import JobRecord, Page, SortedEntry, decode_backtrace, encode_backtrace
 from .redaction import REDACTED, redact
 from .sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet
-from .stats import History, Stats
+from .stats import History, Stats, redis_info
 
 Workers = WorkSet
 
 __all__ = [
     "REDACTED",
     "DeadSet",
+    "DurationHistogram",
     "History",
     "JobRecord",
     "JobSet",
@@ -46,5 +47,7 @@ __all__ = [
     "decode_backtrace",
     "encode_backtrace",
     "find_job",
+    "job_durations",
     "redact",
+    "redis_info",
 ]

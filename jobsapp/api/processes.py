@@ -282,3 +282,56 @@ class WorkSet:
             if jid and entry.record.jid == jid:
                 return entry
         return None
+
+
+@dataclass(frozen=True)
+class DurationHistogram:
+    """One job class's durations: cumulative bucket counts by upper bound (seconds), sum, count."""
+
+    buckets: dict[float, int]
+    sum_seconds: float
+    count: int
+
+
+def _merge_durations(merged: dict[str, dict[str, Any]], job_class: str, value: Any) -> None:
+    if not isinstance(value, dict) or not isinstance(value.get("buckets"), dict):
+        return
+    target = merged.setdefault(job_class, {"buckets": {}, "sum": 0.0, "count": 0})
+    for bound_text, count in value["buckets"].items():
+        try:
+            bound = float(bound_text)
+        except ValueError:
+            continue
+        if isinstance(count, int):
+            target["buckets"][bound] = target["buckets"].get(bound, 0) + count
+    if isinstance(value.get("sum"), (int, float)):
+        target["sum"] += float(value["sum"])
+    if isinstance(value.get("count"), int):
+        target["count"] += value["count"]
+
+
+@translate_errors
+def job_durations() -> dict[str, DurationHistogram]:
+    """Per-class duration histograms summed over live processes (ours write them with every
+    heartbeat to ``jobsapp:durations:<identity>``: class -> JSON {"buckets": {"<le>": cumulative
+    count, "+Inf": n}, "sum", "count"}, cumulative since the process started). A process that
+    exits takes its counts with it: Prometheus sees a counter reset, which rate() handles."""
+    connection = get_redis()
+    identities = sorted(_text(name) for name in connection.smembers(keys.PROCESSES))
+    if not identities:
+        return {}
+    pipe = connection.pipeline(transaction=False)
+    for identity in identities:
+        pipe.hgetall(keys.job_durations(identity))
+    merged: dict[str, dict[str, Any]] = {}
+    for histograms in pipe.execute():
+        for job_class, encoded in histograms.items():
+            try:
+                value = json.loads(encoded)
+            except (ValueError, UnicodeDecodeError):  # a garbled histogram is left out of the scrape
+                continue
+            _merge_durations(merged, _text(job_class), value)
+    return {
+        job_class: DurationHistogram(dict(sorted(value["buckets"].items())), value["sum"], value["count"])
+        for job_class, value in merged.items()
+    }

@@ -137,3 +137,21 @@ class Stats:
     @staticmethod
     def history(days: int = 30, *, start_date: dt.date | None = None) -> History:
         return History.fetch(days, start_date=start_date)
+
+
+#: Fields of Redis INFO the dashboard shows, as Sidekiq's Web UI does.
+REDIS_INFO_FIELDS = (
+    "redis_version",
+    "uptime_in_days",
+    "connected_clients",
+    "used_memory_human",
+    "used_memory_peak_human",
+    "maxmemory_policy",
+)
+
+
+@translate_errors
+def redis_info() -> dict[str, str]:
+    """A few INFO fields of the server (version, uptime, clients, memory, eviction policy)."""
+    info = get_redis().info()
+    return {name: str(info[name]) for name in REDIS_INFO_FIELDS if name in info}

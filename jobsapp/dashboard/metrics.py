@@ -1,0 +1,151 @@
+"""``/jobs/metrics``: Prometheus text, collected from Redis at scrape time.
+
+A custom collector (no background thread, no state in this process) reads everything through
+``jobsapp.api`` in a fixed number of pipelined round trips, whatever the number of queues:
+``Stats.fetch`` (2), ``WorkSet.all`` (2), ``ProcessSet.all`` (2), ``job_durations`` (2). With 100
+queues that is about 200 cheap commands per scrape, fine every 5 s.
+
+The metric set follows asynq's (queue size, latency, paused, jobs per queue and state, processed
+and failed totals) with Sidekiq's data: Sidekiq keeps no per-queue processed/failed counters,
+so those totals are global, and per-class processed counts come from the duration histograms.
+Jobs in schedule/retry/dead are counted per set, not per queue: attributing them to queues would
+mean decoding every member on every scrape.
+
+Access: staff users, or a request carrying ``Authorization: Bearer <JOBSAPP["METRICS_TOKEN"]>``
+when that setting is set (for a scraper that cannot log in). Redis down answers 503.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .. import api
+from ..errors import RedisUnavailable
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class JobsCollector(Collector):
+    """Reads the installation's state from Redis each time Prometheus scrapes."""
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        stats = api.Stats.fetch()
+        running = api.WorkSet.all()
+        processes = api.ProcessSet.all()
+        durations = api.job_durations()
+
+        processed = CounterMetricFamily("jobs_processed", "Jobs processed (succeeded or failed), lifetime.")
+        processed.add_metric([], stats.processed)
+        yield processed
+        failed = CounterMetricFamily("jobs_failed", "Jobs that raised, lifetime.")
+        failed.add_metric([], stats.failed)
+        yield failed
+
+        size = GaugeMetricFamily("jobs_queue_size", "Jobs waiting in the queue.", labels=["queue"])
+        latency = GaugeMetricFamily(
+            "jobs_queue_latency_seconds", "Age of the oldest job waiting in the queue.", labels=["queue"]
+        )
+        paused = GaugeMetricFamily(
+            "jobs_queue_paused", "1 when the queue is paused (fetch skips it).", labels=["queue"]
+        )
+        by_state = GaugeMetricFamily(
+            "jobs_queue_jobs",
+            "Jobs of the queue by state (pending: waiting; active: running).",
+            labels=["queue", "state"],
+        )
+        active: dict[str, int] = {}
+        for work in running:
+            active[work.queue] = active.get(work.queue, 0) + 1
+        for queue in stats.queues:
+            size.add_metric([queue.name], queue.size)
+            latency.add_metric([queue.name], queue.latency_seconds)
+            paused.add_metric([queue.name], 1 if queue.paused else 0)
+            by_state.add_metric([queue.name, "pending"], queue.size)
+            by_state.add_metric([queue.name, "active"], active.pop(queue.name, 0))
+        for queue_name, count in sorted(active.items()):  # running jobs of queues no longer listed
+            by_state.add_metric([queue_name, "active"], count)
+        yield from (size, latency, paused, by_state)
+
+        sets = GaugeMetricFamily(
+            "jobs_set_size", "Jobs in the schedule, retry and dead sets.", labels=["set"]
+        )
+        sets.add_metric(["scheduled"], stats.scheduled_size)
+        sets.add_metric(["retry"], stats.retry_size)
+        sets.add_metric(["dead"], stats.dead_size)
+        yield sets
+
+        yield GaugeMetricFamily(
+            "jobs_processes", "Live worker processes (Ruby Sidekiq ones included).", value=len(processes)
+        )
+        yield GaugeMetricFamily(
+            "jobs_threads",
+            "Worker threads of the live processes.",
+            value=sum(p.concurrency for p in processes),
+        )
+        yield GaugeMetricFamily(
+            "jobs_busy_threads", "Threads running a job.", value=sum(p.busy for p in processes)
+        )
+        yield GaugeMetricFamily(
+            "jobs_quiet_processes",
+            "Live processes that are quiet (fetch nothing).",
+            value=sum(p.quiet for p in processes),
+        )
+
+        histogram = HistogramMetricFamily(
+            "jobs_job_duration_seconds", "Job run time by class, from live processes.", labels=["class"]
+        )
+        for job_class, value in sorted(durations.items()):
+            buckets = [
+                ("+Inf" if bound == float("inf") else repr(bound), count)
+                for bound, count in value.buckets.items()
+            ]
+            if not buckets or buckets[-1][0] != "+Inf":
+                buckets.append(("+Inf", value.count))
+            histogram.add_metric([job_class], buckets, value.sum_seconds)
+        yield histogram
+
+        yield GaugeMetricFamily(
+            "jobs_scrape_duration_seconds",
+            "Time spent reading Redis for this scrape.",
+            value=time.perf_counter() - started,
+        )
+
+
+registry = CollectorRegistry(auto_describe=False)
+registry.register(JobsCollector())
+
+
+def _token_matches(request: HttpRequest) -> bool:
+    token = (getattr(settings, "JOBSAPP", None) or {}).get("METRICS_TOKEN")
+    header = request.headers.get("Authorization", "")
+    if not token or not header.startswith("Bearer "):
+        return False
+    return hmac.compare_digest(header[len("Bearer ") :].encode(), str(token).encode())
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus exposition; staff session or bearer token; 503 when Redis is down."""
+    if not _token_matches(request):
+        user = request.user
+        if not user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not (user.is_active and user.is_staff):
+            raise PermissionDenied("metrics are for staff users or a bearer token")
+    try:
+        body = generate_latest(registry)
+    except RedisUnavailable as error:  # nothing to report: the scraper marks the target down
+        return HttpResponse(f"# Redis unavailable: {error}\n", status=503, content_type=CONTENT_TYPE)
+    return HttpResponse(body, content_type=CONTENT_TYPE)

@@ -1,0 +1,197 @@
+"""The dashboard's pages (GET only): overview, queues, one queue, busy, the three job sets, one job,
+and the JSON the overview polls.
+
+Each view reads through ``jobsapp.api`` and hands plain objects to a template; nothing here
+writes to Redis. Untrusted query parameters (page, page size, filters, days) are clamped or
+ignored, never passed to Redis unchecked.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.template.response import TemplateResponse
+from django.views.decorators.http import require_GET
+
+from .. import api
+from .access import staff_view
+
+HISTORY_DAYS = (7, 30, 90, 180)
+PER_PAGE_CHOICES = (25, 50, 100)
+POLL_INTERVAL_SECONDS = 5
+FILTER_MAX_CHARS = 200
+
+SET_PAGES: dict[str, dict[str, Any]] = {
+    "scheduled": {"title": "Scheduled", "set": api.ScheduledSet, "when": "Run at"},
+    "retries": {"title": "Retries", "set": api.RetrySet, "when": "Next retry"},
+    "dead": {"title": "Dead", "set": api.DeadSet, "when": "Died"},
+}
+
+
+def _choice(value: str | None, choices: tuple[int, ...], default: int) -> int:
+    try:
+        number = int(value or default)
+    except ValueError:
+        return default
+    return number if number in choices else default
+
+
+def _filter(request: HttpRequest, name: str) -> str:
+    return request.GET.get(name, "").strip()[:FILTER_MAX_CHARS]
+
+
+def stats_payload(stats: api.Stats) -> dict[str, Any]:
+    """The counters as JSON-ready data (the overview's polling and the CLI share this shape)."""
+    return {
+        "processed": stats.processed,
+        "failed": stats.failed,
+        "busy": stats.busy,
+        "processes": stats.processes_size,
+        "enqueued": stats.enqueued,
+        "scheduled": stats.scheduled_size,
+        "retries": stats.retry_size,
+        "dead": stats.dead_size,
+        "default_queue_latency": round(stats.default_queue_latency, 3),
+        "queues": [
+            {
+                "name": queue.name,
+                "size": queue.size,
+                "latency": round(queue.latency_seconds, 3),
+                "paused": queue.paused,
+            }
+            for queue in stats.queues
+        ],
+        "time": stats.taken_at,
+    }
+
+
+@staff_view
+@require_GET
+def overview(request: HttpRequest) -> HttpResponse:
+    stats = api.Stats.fetch()
+    days = _choice(request.GET.get("days"), HISTORY_DAYS, 30)
+    history = api.Stats.history(days)
+    series = [[day, history.processed[day], history.failed[day]] for day in reversed(list(history.processed))]
+    return TemplateResponse(
+        request,
+        "jobsapp/overview.html",
+        {
+            "section": "overview",
+            "stats": stats,
+            "days": days,
+            "history_days": HISTORY_DAYS,
+            "history_series": series,
+            "initial_stats": stats_payload(stats),
+            "redis_info": api.redis_info(),
+            "poll_interval_seconds": POLL_INTERVAL_SECONDS,
+        },
+    )
+
+
+@staff_view(as_json=True)
+@require_GET
+def stats_json(request: HttpRequest) -> HttpResponse:
+    return JsonResponse(stats_payload(api.Stats.fetch()))
+
+
+@staff_view
+@require_GET
+def queues(request: HttpRequest) -> HttpResponse:
+    return TemplateResponse(
+        request, "jobsapp/queues.html", {"section": "queues", "queues": api.Queue.summaries()}
+    )
+
+
+@staff_view
+@require_GET
+def queue(request: HttpRequest, name: str) -> HttpResponse:
+    selected = api.Queue(name)
+    per_page = _choice(request.GET.get("per_page"), PER_PAGE_CHOICES, 25)
+    page = selected.page(request.GET.get("page", 1), per_page)
+    return TemplateResponse(
+        request,
+        "jobsapp/queue.html",
+        {
+            "section": "queues",
+            "queue": selected,
+            "page": page,
+            "paused": selected.is_paused(),
+            "latency": selected.latency(),
+        },
+    )
+
+
+@staff_view
+@require_GET
+def busy(request: HttpRequest) -> HttpResponse:
+    processes = api.ProcessSet.all()
+    return TemplateResponse(
+        request,
+        "jobsapp/busy.html",
+        {
+            "section": "busy",
+            "processes": processes,
+            "work": api.WorkSet.all(),
+            "threads": sum(process.concurrency for process in processes),
+            "busy_threads": sum(process.busy for process in processes),
+            "rss_kb": sum(process.rss_kb for process in processes),
+        },
+    )
+
+
+@staff_view
+@require_GET
+def job_set(request: HttpRequest, slug: str) -> HttpResponse:
+    if slug not in SET_PAGES:
+        raise Http404("no such job set")
+    config = SET_PAGES[slug]
+    selected: api.JobSet = config["set"]()
+    class_name, substring = _filter(request, "class"), _filter(request, "q")
+    per_page = _choice(request.GET.get("per_page"), PER_PAGE_CHOICES, 25)
+    page = selected.page(request.GET.get("page", 1), per_page, class_name=class_name, substring=substring)
+    return TemplateResponse(
+        request,
+        "jobsapp/job_set.html",
+        {
+            "section": slug,
+            "slug": slug,
+            "title": config["title"],
+            "when_label": config["when"],
+            "job_set": selected,
+            "page": page,
+            "class_filter": class_name,
+            "substring": substring,
+            "filtered": bool(class_name or substring),
+            "has_errors": slug != "scheduled",
+        },
+    )
+
+
+@staff_view
+@require_GET
+def job(request: HttpRequest, jid: str) -> HttpResponse:
+    location = api.find_job(jid)
+    if location is None:
+        response = TemplateResponse(
+            request, "jobsapp/job.html", {"section": "", "jid": jid, "location": None}, status=404
+        )
+        return response
+    slug = {"scheduled": "scheduled", "retry": "retries", "dead": "dead"}.get(location.kind)
+    return TemplateResponse(
+        request,
+        "jobsapp/job.html",
+        {
+            "section": slug or ("busy" if location.kind == "running" else "queues"),
+            "jid": jid,
+            "location": location,
+            "record": location.record,
+            "slug": slug,
+            "item_json": _pretty(location.record.display_item),
+        },
+    )
+
+
+def _pretty(item: dict[str, Any]) -> str:
+    return json.dumps(item, indent=2, ensure_ascii=False, sort_keys=True, default=str)
