@@ -37,7 +37,7 @@ interceptor: Callable[[type[Job] | None, Item], None] | None = None
 
 
 class _Prepared:
-    __slots__ = ("jid", "queue", "at", "data")
+    __slots__ = ("at", "data", "jid", "queue")
 
     def __init__(self, jid: str, queue: str, at: float | None, data: bytes) -> None:
         self.jid = jid
@@ -54,7 +54,7 @@ def _job_class_for(item: Item, job_class: type[Job] | None) -> type[Job] | None:
 
 
 def _prepare(item: Item, job_class: type[Job] | None, connection: redis.Redis, timestamp: float) -> tuple[_Prepared, Item] | None:
-    normalized = normalize_item(item)
+    normalized = normalize_item(item, timestamp=timestamp)
     at = normalized.get("at")
     if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float))):
         raise TypeError(f'"at" must be epoch seconds, not {at!r}')

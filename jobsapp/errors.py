@@ -36,4 +36,3 @@ class DuplicateJobName(JobsError):
 class NoRetryError(JobsError):
     """Raise from ``perform`` to fail the job on purpose: it is counted as failed, its error is
     recorded by middleware, and it is neither retried nor sent to the dead set."""
-

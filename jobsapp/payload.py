@@ -66,7 +66,7 @@ def check_json_native(value: Any, path: str = "args") -> None:
     )
 
 
-def normalize_item(item: Item) -> Item:
+def normalize_item(item: Item, *, timestamp: float | None = None) -> Item:
     """Validate a raw item and fill in what Sidekiq's client fills in: jid, created_at, defaults.
 
     The caller's dict is not changed. Unknown keys are kept (they ride along every hop).
@@ -100,7 +100,7 @@ def normalize_item(item: Item) -> Item:
     elif not isinstance(jid, str):
         raise TypeError(f'"jid" must be a string, not {_type_name(jid)}')
     if "created_at" not in normalized:
-        normalized["created_at"] = now()
+        normalized["created_at"] = now() if timestamp is None else timestamp
     for key, value in normalized.items():
         if key not in ("args", "kwargs"):
             check_json_native(value, key)

@@ -10,7 +10,7 @@ import pytest
 
 from jobsapp import PayloadTooLarge, client, middleware
 from jobsapp.middleware import ClientMiddleware
-from tests.jobsapp.jobs_for_tests import HardWorker, ImportRow, Noop
+from tests.testapp.jobs import HardWorker, ImportRow, Noop
 
 
 def test_perform_async_writes_sidekiq_item_to_queue(redis):
@@ -22,7 +22,7 @@ def test_perform_async_writes_sidekiq_item_to_queue(redis):
     assert len(raw) == 1
     assert b": " not in raw[0] and b", " not in raw[0]
     item = json.loads(raw[0])
-    assert item["class"] == "tests.jobsapp.jobs_for_tests.ImportRow"
+    assert item["class"] == "tests.testapp.jobs.ImportRow"
     assert item["args"] == [42]
     assert item["kwargs"] == {"dry_run": True}
     assert item["queue"] == "imports"

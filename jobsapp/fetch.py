@@ -1,0 +1,221 @@
+"""Fetch strategies: how a worker process takes jobs from Redis and gives back the ones it
+did not finish. Run by the manager's fetcher thread (``jobsapp.fetcher``) and, for acks, its
+acker thread (``jobsapp.acker``).
+
+Reliable fetch (the default) moves jobs atomically from ``queue:<name>`` into this process's
+in-flight list ``jobsapp:inflight:<identity>`` (``fetch.lua``: up to a batch per round trip;
+``BLMOVE`` when every queue is empty, so an idle worker wakes within a millisecond of a push).
+A job leaves the in-flight list only by being acknowledged (``ack.lua``, batched), filed in the
+retry or dead set (``retry.lua``), or put back at the front of its queue (``requeue.lua``). A
+process killed with SIGKILL therefore loses nothing: its list is recovered on restart in the
+same slot, or by the orphan sweeper once its heartbeat key has expired (``jobsapp.recovery``).
+
+Basic fetch is Sidekiq's ``BRPOP``: a job is only in the worker's memory while it runs, so a
+SIGKILL loses the running jobs. It exists for parity and to show what reliable fetch prevents.
+
+Queue order follows Sidekiq's CLI: ``-q a -q b`` is strict (always a before b); any weight
+(``-q a,3 -q b``) makes the order weighted-random per fetch, drawn as Sidekiq draws it
+(shuffle a list holding each queue ``weight`` times, keep first occurrences).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import redis
+
+from . import keys
+from .scripts import script
+
+#: Daily stats counters live five years, as Sidekiq's.
+DAILY_STATS_TTL_SECONDS = 5 * 365 * 24 * 3600
+
+
+@dataclass(slots=True)
+class UnitOfWork:
+    """One fetched job: its raw bytes exactly as read (for LREM) and the queue it came from."""
+
+    raw: bytes
+    queue: str
+
+
+@dataclass
+class QueueOrder:
+    """The queues a process serves, with Sidekiq's strict or weighted-random ordering."""
+
+    weighted: list[str]  # each queue repeated by its weight
+    strict: bool
+    names: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.names = list(dict.fromkeys(self.weighted))
+        if not self.names:
+            raise ValueError("at least one queue is needed")
+
+    @classmethod
+    def parse(cls, specs: list[str]) -> QueueOrder:
+        """``["critical,3", "default"]`` -> weighted; ``["a", "b"]`` -> strict."""
+        weighted: list[str] = []
+        strict = True
+        for spec in specs:
+            name, _, weight_text = spec.partition(",")
+            name = name.strip()
+            if not name:
+                raise ValueError(f"empty queue name in {spec!r}")
+            weight = 1
+            if weight_text:
+                try:
+                    weight = int(weight_text)
+                except ValueError:
+                    raise ValueError(f"queue weight in {spec!r} is not a whole number") from None
+                if weight < 1:
+                    raise ValueError(f"queue weight in {spec!r} must be at least 1")
+                strict = False
+            weighted.extend([name] * weight)
+        return cls(weighted=weighted, strict=strict)
+
+    def order(self, rng: random.Random) -> list[str]:
+        """The queue order for one fetch."""
+        if self.strict or len(self.names) == 1:
+            return self.names
+        shuffled = list(self.weighted)
+        rng.shuffle(shuffled)
+        return list(dict.fromkeys(shuffled))
+
+    def describe(self) -> str:
+        if self.strict:
+            return ", ".join(self.names) + (" (strict order)" if len(self.names) > 1 else "")
+        counts = {name: self.weighted.count(name) for name in self.names}
+        return ", ".join(f"{name} (weight {weight})" for name, weight in counts.items())
+
+
+class Fetch(Protocol):
+    """What the manager needs from a fetch strategy."""
+
+    inflight_key: str
+
+    def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]: ...
+
+    def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date) -> int: ...
+
+    def requeue(self, units: list[UnitOfWork]) -> int: ...
+
+
+def _ack(
+    client: redis.Redis, inflight_key: str, units: list[UnitOfWork], jids: list[str], processed: int, failed: int, today: dt.date
+) -> int:
+    return int(
+        script("ack")(
+            client,
+            [
+                inflight_key,
+                keys.RECOVERIES,
+                keys.STAT_PROCESSED,
+                keys.stat_processed_daily(today),
+                keys.STAT_FAILED,
+                keys.stat_failed_daily(today),
+            ],
+            [processed, failed, DAILY_STATS_TTL_SECONDS, len(units), *[unit.raw for unit in units], *jids],
+        )
+    )
+
+
+def _requeue(client: redis.Redis, inflight_key: str, units: list[UnitOfWork]) -> int:
+    if not units:
+        return 0
+    return int(
+        script("requeue")(
+            client,
+            [inflight_key, keys.QUEUES, *[keys.queue(unit.queue) for unit in units]],
+            [*[unit.raw for unit in units], *[unit.queue for unit in units]],
+        )
+    )
+
+
+class ReliableFetch:
+    """Atomic moves into a per-process in-flight list; nothing is lost if the process dies."""
+
+    name = "reliable"
+
+    def __init__(
+        self,
+        identity: str,
+        queues: QueueOrder,
+        *,
+        client: redis.Redis,
+        blocking_client: redis.Redis,
+        rng: random.Random,
+        multi_queue_block_seconds: float,
+    ) -> None:
+        self.identity = identity
+        self.queues = queues
+        self.client = client
+        self.blocking_client = blocking_client
+        self.rng = rng
+        self.inflight_key = keys.inflight(identity)
+        self.multi_queue_block_seconds = multi_queue_block_seconds
+        self._fetch = script("fetch")
+
+    def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]:
+        """Up to ``count`` jobs; when none is ready, block up to ``block_seconds`` for one."""
+        order = self.queues.order(self.rng)
+        taken, paused = self._fetch(
+            self.client,
+            [self.inflight_key, keys.PAUSED, *[keys.queue(name) for name in order]],
+            [count, *order],
+        )
+        if taken:
+            return [UnitOfWork(taken[index + 1], order[int(taken[index]) - 1]) for index in range(0, len(taken), 2)]
+        if block_seconds <= 0:
+            return []
+        paused_positions = {int(position) for position in paused}
+        ready = [name for position, name in enumerate(order, start=1) if position not in paused_positions]
+        if not ready:
+            return []
+        # BLMOVE waits on one list. With one queue that is exact; with several, block briefly on
+        # the first in this round's order and let the next round's Lua fetch look at all of them.
+        timeout = block_seconds if len(order) == 1 else min(block_seconds, self.multi_queue_block_seconds)
+        raw = self.blocking_client.blmove(keys.queue(ready[0]), self.inflight_key, timeout, "RIGHT", "LEFT")
+        return [UnitOfWork(raw, ready[0])] if raw is not None else []
+
+    def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date) -> int:
+        return _ack(self.client, self.inflight_key, units, jids, processed, failed, today)
+
+    def requeue(self, units: list[UnitOfWork]) -> int:
+        return _requeue(self.client, self.inflight_key, units)
+
+
+class BasicFetch:
+    """Sidekiq's BRPOP fetch: a job lives only in memory while it runs (lost on SIGKILL)."""
+
+    name = "basic"
+    inflight_key = ""
+
+    def __init__(self, queues: QueueOrder, *, client: redis.Redis, blocking_client: redis.Redis, rng: random.Random) -> None:
+        self.queues = queues
+        self.client = client
+        self.blocking_client = blocking_client
+        self.rng = rng
+
+    def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]:
+        order = self.queues.order(self.rng)
+        paused = {name.decode() for name in self.client.smembers(keys.PAUSED)}
+        ready = [name for name in order if name not in paused]
+        if not ready:
+            return []
+        if block_seconds <= 0:
+            return []
+        popped = self.blocking_client.brpop([keys.queue(name) for name in ready], timeout=block_seconds)
+        if popped is None:
+            return []
+        key, raw = popped
+        return [UnitOfWork(raw, keys.queue_name(key.decode()))]
+
+    def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date) -> int:
+        return _ack(self.client, "", [], [], processed, failed, today)
+
+    def requeue(self, units: list[UnitOfWork]) -> int:
+        return _requeue(self.client, "", units)

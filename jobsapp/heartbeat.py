@@ -1,0 +1,183 @@
+"""The heartbeat: tells Redis, every 5 s, that this process is alive and what it is doing.
+
+Thread ``jobsapp.heartbeat``. One MULTI per beat writes what Sidekiq's launcher writes, so
+Sidekiq's Web UI and ``Sidekiq::ProcessSet`` / ``Sidekiq::Workers`` list our processes:
+
+- ``SADD processes <identity>``;
+- ``<identity>`` HASH: info (JSON), busy, beat, quiet, rss (KB), rtt_us, concurrency; TTL 60 s;
+- ``<identity>:workers`` and ``<identity>:work`` HASH: thread id -> {queue, payload, run_at} of
+  each running job (6.4.1 reads the first, later versions the second); TTL 60 s;
+- ``RPOP <identity>-signals``: one signal per beat from a UI (TSTP quiet, TERM stop, TTIN dump);
+- our own: ``SADD jobsapp:inflight <identity>`` so the orphan sweeper knows the list exists, and
+  per-class duration histograms in ``jobsapp:durations:<identity>``.
+
+The TTL is what liveness means: a process that stops beating disappears after 60 s, and only
+then may its in-flight jobs be recovered. A beat that fails (Redis away) is logged and retried
+on the next tick; ``consecutive_beats`` lets the sweeper wait until every live process has had
+a chance to beat again after an outage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import keys
+from .connection import CONNECTION_ERRORS
+
+if TYPE_CHECKING:
+    import redis
+
+    from .manager import Manager
+
+logger = logging.getLogger("jobsapp.heartbeat")
+
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def rss_kilobytes() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):  # not Linux: report 0 rather than fail the beat
+        return 0
+    return 0
+
+
+def thread_id(ident: int) -> str:
+    """Sidekiq names threads by a short base-36 id."""
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    text = ""
+    while ident:
+        ident, remainder = divmod(ident, 36)
+        text = digits[remainder] + text
+    return text or "0"
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        *,
+        client: redis.Redis,
+        identity: str,
+        info: dict[str, Any],
+        manager: Manager,
+        interval_seconds: float,
+        ttl_seconds: int,
+        on_signal: Callable[[str], None],
+        reliable: bool,
+    ) -> None:
+        self.client = client
+        self.identity = identity
+        self.info = info
+        self.info_json = _encoder.encode(info)
+        self.manager = manager
+        self.interval_seconds = interval_seconds
+        self.ttl_seconds = ttl_seconds
+        self.on_signal = on_signal
+        self.reliable = reliable
+        self.consecutive_beats = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    def start(self) -> None:
+        self.beat()
+        self._thread = threading.Thread(target=self._run, name="jobsapp.heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_seconds):
+            self.beat()
+
+    def beat(self) -> None:
+        busy = self.manager.busy()
+        rtt_started = time.perf_counter()
+        try:
+            self.client.ping()
+            rtt_us = int((time.perf_counter() - rtt_started) * 1_000_000)
+            pipe = self.client.pipeline(transaction=True)
+            pipe.sadd(keys.PROCESSES, self.identity)
+            pipe.hset(
+                keys.process(self.identity),
+                mapping={
+                    "info": self.info_json,
+                    "busy": len(busy),
+                    "beat": repr(time.time()),
+                    "quiet": "true" if self.manager.is_quiet else "false",
+                    "rss": rss_kilobytes(),
+                    "rtt_us": rtt_us,
+                    "concurrency": self.info["concurrency"],
+                },
+            )
+            pipe.expire(keys.process(self.identity), self.ttl_seconds)
+            for key in (keys.workers(self.identity), keys.work(self.identity)):
+                pipe.unlink(key)
+                if busy:
+                    pipe.hset(
+                        key,
+                        mapping={
+                            thread_id(ident): _encoder.encode(
+                                {
+                                    "queue": running.unit.queue,
+                                    "payload": running.unit.raw.decode("utf-8", "replace"),
+                                    "run_at": int(running.run_at),
+                                }
+                            )
+                            for ident, running in busy
+                        },
+                    )
+                    pipe.expire(key, self.ttl_seconds)
+            if self.reliable:
+                pipe.sadd(keys.INFLIGHT_INDEX, self.identity)
+            durations = self.manager.durations.snapshot()
+            if durations:
+                pipe.hset(keys.job_durations(self.identity), mapping={name: _encoder.encode(value) for name, value in durations.items()})
+                pipe.expire(keys.job_durations(self.identity), self.ttl_seconds)
+            pipe.rpop(keys.signals(self.identity))
+            results = pipe.execute()
+        except CONNECTION_ERRORS as exc:
+            self.consecutive_beats = 0
+            if not self._failing:
+                logger.warning("heartbeat: Redis unavailable (%s); this process keeps working and retries", exc)
+            self._failing = True
+            return
+        if self._failing:
+            logger.info("heartbeat: Redis is back")
+            self._failing = False
+        self.consecutive_beats += 1
+        signal_name = results[-1]
+        if signal_name:
+            name = signal_name.decode("utf-8", "replace") if isinstance(signal_name, bytes) else str(signal_name)
+            logger.info("signal %s received through %s", name, keys.signals(self.identity))
+            self.on_signal(name)
+
+    def clear(self) -> None:
+        """At exit: leave the processes set and drop this process's keys (its jobs are back)."""
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.srem(keys.PROCESSES, self.identity)
+            pipe.unlink(
+                keys.process(self.identity), keys.workers(self.identity), keys.work(self.identity), keys.job_durations(self.identity)
+            )
+            pipe.execute()
+        except CONNECTION_ERRORS as exc:  # its keys expire on their own within the TTL
+            logger.warning("heartbeat: could not clear this process's keys (%s)", exc)
+
+
+def new_identity(hostname: str | None = None) -> str:
+    """``hostname:pid:<12 hex>`` as Sidekiq 6.4 names processes."""
+    return f"{hostname or socket.gethostname()}:{os.getpid()}:{os.urandom(6).hex()}"

@@ -1,0 +1,362 @@
+"""The launcher: starts and stops a worker process's components, and supervises ``-P`` children.
+
+Start order (``WorkerProcess.run``):
+1. wait for Redis (logging, capped backoff) and check it is >= 6.2; warn when
+   ``maxmemory-policy`` is not ``noeviction`` (Redis could silently drop queued jobs);
+2. claim the supervisor slot and recover the previous occupant's in-flight jobs at once;
+3. first heartbeat (the process appears in ``processes``), then the heartbeat thread;
+4. the manager (fetcher, acker, processors), the scheduler, the orphan sweeper.
+
+Shutdown order (TERM/INT, or TERM through ``<identity>-signals``):
+1. quiet: stop fetching, put buffered jobs back (TSTP stops here);
+2. stop the scheduler and sweeper;
+3. wait up to ``timeout`` for running jobs; flush acknowledgements; put every still-running
+   job back at the front of its queue;
+4. last heartbeat clean-up, then exit (the process does not wait for stuck job threads).
+
+With ``-P N`` the parent forks N children, one per slot, each a ``WorkerProcess`` with its own
+identity; it restarts a child that dies (same slot, so its in-flight jobs come back at once) and
+forwards TERM/INT/TSTP/TTIN to them. The parent holds no Redis connection.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+
+import redis
+from django.db import connections
+
+from . import connection, keys
+from .conf import jobs_settings
+from .connection import CONNECTION_ERRORS
+from .fetch import BasicFetch, QueueOrder, ReliableFetch
+from .heartbeat import Heartbeat, new_identity
+from .manager import Manager
+from .processor import Processor
+from .recovery import Sweeper, claim_slot, recover_list
+from .retry import RetryPolicy
+from .scheduler import Scheduler
+
+logger = logging.getLogger("jobsapp.launcher")
+
+MINIMUM_REDIS_VERSION = (6, 2)
+
+
+@dataclass
+class WorkerOptions:
+    queues: list[str] = field(default_factory=lambda: ["default"])
+    concurrency: int = 10
+    processes: int = 1
+    timeout_seconds: float = 25.0
+    tag: str = ""
+    labels: list[str] = field(default_factory=list)
+    fetch: str = "reliable"
+
+    @property
+    def queue_order(self) -> QueueOrder:
+        return QueueOrder.parse(self.queues)
+
+
+def redis_version(client: redis.Redis) -> tuple[int, ...]:
+    text = client.info("server").get("redis_version", "0")
+    return tuple(int(part) for part in str(text).split(".")[:2] if part.isdigit())
+
+
+def wait_for_redis(client: redis.Redis, stop: threading.Event) -> bool:
+    """Block until Redis answers (True) or ``stop`` is set (False)."""
+    delay = 0.1
+    warned = False
+    while not stop.is_set():
+        try:
+            client.ping()
+        except CONNECTION_ERRORS as exc:
+            if not warned:
+                logger.warning("waiting for Redis at %s: %s", connection.describe(), exc)
+                warned = True
+            stop.wait(delay)
+            delay = min(delay * 2, 5.0)
+            continue
+        if warned:
+            logger.info("Redis at %s is up", connection.describe())
+        return True
+    return False
+
+
+def check_redis(client: redis.Redis) -> None:
+    version = redis_version(client)
+    if version < MINIMUM_REDIS_VERSION:
+        raise SystemExit(f"Redis {'.'.join(map(str, version))} is too old: jobsapp needs Redis >= 6.2 (BLMOVE, RPOP count)")
+    try:
+        policy = client.info("memory").get("maxmemory_policy", "noeviction")
+    except redis.ResponseError:  # INFO restricted (managed Redis): nothing to check
+        return
+    if policy != "noeviction":
+        logger.warning(
+            "Redis maxmemory-policy is %r: under memory pressure Redis may evict queued jobs. Set it to 'noeviction'.",
+            policy,
+        )
+
+
+def dump_threads() -> None:
+    """TTIN: log every thread's stack."""
+    frames = sys._current_frames()
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident or -1)
+        if frame is None:
+            continue
+        stack = "".join(traceback.format_stack(frame))
+        logger.warning("thread %s (%s):\n%s", thread.name, thread.ident, stack)
+
+
+class WorkerProcess:
+    """One worker process: identity, heartbeat, manager, scheduler, sweeper."""
+
+    def __init__(self, options: WorkerOptions, *, slot_number: int = 0, rng: random.Random | None = None) -> None:
+        self.options = options
+        self.slot_number = slot_number
+        self.rng = rng or random.Random()
+        self.hostname = socket.gethostname()
+        self.identity = new_identity(self.hostname)
+        self.stop_requested = threading.Event()
+        self.hard_stop = threading.Event()
+        self.quiet_requested = threading.Event()
+        self._pending_signals: deque[str] = deque()
+
+    # Signals arrive from the OS (handler in the main thread) or from the heartbeat thread
+    # (through Redis). Both only append to a deque: a signal handler must never take a lock the
+    # interrupted main thread may hold (Event.set would), or the process deadlocks.
+    def on_signal(self, name: str) -> None:
+        self._pending_signals.append(name)
+
+    def _handle_pending_signals(self) -> None:
+        while self._pending_signals:
+            name = self._pending_signals.popleft()
+            if name in ("TERM", "INT"):
+                self.stop_requested.set()
+            elif name == "TSTP":
+                self.quiet_requested.set()
+            elif name == "TTIN":
+                dump_threads()
+            else:
+                logger.warning("ignoring unknown signal %r", name)
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: self.on_signal("TERM"))
+        signal.signal(signal.SIGINT, lambda *_: self.on_signal("INT"))
+        signal.signal(signal.SIGTSTP, lambda *_: self.on_signal("TSTP"))
+        signal.signal(signal.SIGTTIN, lambda *_: self.on_signal("TTIN"))
+
+    def _wait_for_redis(self, client: redis.Redis) -> bool:
+        waiter = threading.Thread(target=wait_for_redis, args=(client, self.stop_requested), name="jobsapp.connect", daemon=True)
+        waiter.start()
+        while waiter.is_alive():
+            waiter.join(0.1)
+            self._handle_pending_signals()
+        return not self.stop_requested.is_set()
+
+    def run(self) -> int:
+        options = self.options
+        client = connection.get_redis()
+        blocking_client = connection.new_redis(blocking_timeout_seconds=float(jobs_settings.FETCH_BLOCK_SECONDS))
+        if not self._wait_for_redis(client):
+            return 0
+        check_redis(client)
+
+        if options.fetch == "reliable":
+            previous = claim_slot(client, hostname=self.hostname, slot_number=self.slot_number, identity=self.identity)
+            if previous:
+                recover_list(client, previous)
+            fetch: ReliableFetch | BasicFetch = ReliableFetch(
+                self.identity,
+                options.queue_order,
+                client=client,
+                blocking_client=blocking_client,
+                rng=self.rng,
+                multi_queue_block_seconds=float(jobs_settings.FETCH_MULTI_QUEUE_BLOCK_SECONDS),
+            )
+        else:
+            fetch = BasicFetch(options.queue_order, client=client, blocking_client=blocking_client, rng=self.rng)
+
+        policy = RetryPolicy(client, fetch.inflight_key, rng=self.rng, stop=self.hard_stop)
+        manager = Manager(
+            fetch=fetch,
+            processor=Processor(policy),
+            concurrency=options.concurrency,
+            batch_size=int(jobs_settings.FETCH_BATCH_SIZE),
+            block_seconds=float(jobs_settings.FETCH_BLOCK_SECONDS),
+            stop_event=self.hard_stop,
+        )
+        info = {
+            "hostname": self.hostname,
+            "started_at": time.time(),
+            "pid": os.getpid(),
+            "tag": options.tag,
+            "concurrency": options.concurrency,
+            "queues": options.queue_order.names,
+            "labels": list(options.labels),
+            "identity": self.identity,
+            "version": "jobsapp",
+        }
+        heartbeat = Heartbeat(
+            client=client,
+            identity=self.identity,
+            info=info,
+            manager=manager,
+            interval_seconds=float(jobs_settings.HEARTBEAT_INTERVAL_SECONDS),
+            ttl_seconds=int(jobs_settings.PROCESS_TTL_SECONDS),
+            on_signal=self.on_signal,
+            reliable=options.fetch == "reliable",
+        )
+        scheduler = Scheduler(client=client, poll_interval_seconds=float(jobs_settings.SCHEDULER_POLL_INTERVAL_SECONDS), rng=self.rng)
+        sweeper = Sweeper(
+            client=client,
+            identity=self.identity,
+            interval_seconds=float(jobs_settings.ORPHAN_SWEEP_INTERVAL_SECONDS),
+            lock_seconds=60.0,
+            ready=lambda: heartbeat.consecutive_beats >= 2,
+            rng=self.rng,
+        )
+
+        heartbeat.start()
+        manager.start()
+        scheduler.start()
+        if options.fetch == "reliable":
+            sweeper.start()
+        logger.info(
+            "process %s started: %d threads, queues %s, %s fetch",
+            self.identity,
+            options.concurrency,
+            options.queue_order.describe(),
+            options.fetch,
+        )
+
+        while not self.stop_requested.is_set():
+            time.sleep(0.1)
+            self._handle_pending_signals()
+            if self.quiet_requested.is_set() and not manager.is_quiet:
+                logger.info("quieting: no new jobs will be fetched")
+                manager.quiet()
+                heartbeat.beat()
+
+        logger.info("stopping: waiting up to %.0f s for running jobs", options.timeout_seconds)
+        deadline = time.monotonic() + options.timeout_seconds
+        scheduler.stop()
+        sweeper.stop()
+        manager.quiet()
+        heartbeat.beat()
+        requeued = manager.stop(deadline)
+        self.hard_stop.set()
+        heartbeat.stop()
+        heartbeat.clear()
+        if options.fetch == "reliable":
+            try:
+                if not client.exists(fetch.inflight_key):
+                    client.srem(keys.INFLIGHT_INDEX, self.identity)
+            except CONNECTION_ERRORS as exc:  # the list (if any) is recovered by a sweeper later
+                logger.warning("could not unregister the in-flight list (%s)", exc)
+        logger.info(
+            "stopped: %d jobs processed (%d failed), %d put back unfinished", manager.processed_total, manager.failed_total, requeued
+        )
+        return 0
+
+
+class Supervisor:
+    """The parent of ``-P N`` children: forks, restarts the dead, forwards signals."""
+
+    def __init__(self, options: WorkerOptions) -> None:
+        self.options = options
+        self.children: dict[int, int] = {}  # pid -> slot
+        self.stopping = False
+        self.restarts: dict[int, list[float]] = {}
+
+    def _spawn(self, slot_number: int) -> None:
+        connections.close_all()
+        connection.reset()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGCHLD):
+                    signal.signal(signum, signal.SIG_DFL)
+                process = WorkerProcess(self.options, slot_number=slot_number)
+                process.install_signal_handlers()
+                code = process.run()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:  # the child must never return into the parent's code
+                logger.exception("worker process in slot %d crashed", slot_number)
+                code = 1
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        self.children[pid] = slot_number
+        logger.info("started worker process %d in slot %d", pid, slot_number)
+
+    def _forward(self, signum: int) -> None:
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def run(self) -> int:
+        def on_stop(signum: int, _frame: object) -> None:
+            self.stopping = True
+            self._forward(signum)
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGTSTP, lambda signum, _frame: self._forward(signum))
+        signal.signal(signal.SIGTTIN, lambda signum, _frame: self._forward(signum))
+        for slot_number in range(self.options.processes):
+            self._spawn(slot_number)
+        deadline: float | None = None
+        while self.children:
+            if self.stopping and deadline is None:
+                deadline = time.monotonic() + self.options.timeout_seconds + 10
+            if deadline is not None and time.monotonic() > deadline:
+                logger.error("children did not stop in time; killing them")
+                self._forward(signal.SIGKILL)
+                deadline = time.monotonic() + 5
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                time.sleep(0.1)
+                continue
+            slot_number = self.children.pop(pid, None)
+            if slot_number is None:
+                continue
+            if self.stopping:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            history = [moment for moment in self.restarts.get(slot_number, []) if moment > time.monotonic() - 60]
+            history.append(time.monotonic())
+            self.restarts[slot_number] = history
+            logger.error("worker process %d in slot %d exited (%s); restarting it", pid, slot_number, code)
+            if len(history) > 5:
+                time.sleep(min(30.0, 2.0 ** (len(history) - 5)))
+            self._spawn(slot_number)
+        return 0
+
+
+def run(options: WorkerOptions) -> int:
+    """Run workers in the foreground until stopped; returns the exit code."""
+    faulthandler.enable()
+    if options.processes <= 1:
+        process = WorkerProcess(options)
+        process.install_signal_handlers()
+        return process.run()
+    return Supervisor(options).run()

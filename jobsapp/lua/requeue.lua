@@ -1,0 +1,23 @@
+-- requeue: put unfinished jobs back at the front (right end) of their queues, removing them
+-- from the in-flight list. Used at shutdown for jobs still running after the timeout and for
+-- fetched jobs that never started. A job no longer in flight (already filed in retry or
+-- acknowledged by its thread in the meantime) is skipped, so it is never in two places.
+--
+-- KEYS[1]     -> in-flight LIST of this process ('' with basic fetch: push back unconditionally)
+-- KEYS[2]     -> queues SET
+-- KEYS[3..n]  -> the queue LIST of each job
+-- ARGV[1..m]  -> the raw jobs, in the same order as KEYS[3..n]
+-- ARGV[m+1..] -> the queue names, same order (re-added to the queues SET)
+-- returns     -> how many jobs were put back
+-- cost        -> O(jobs * in-flight length)
+local count = #KEYS - 2
+local requeued = 0
+for i = 1, count do
+  local raw = ARGV[i]
+  if KEYS[1] == '' or redis.call('LREM', KEYS[1], -1, raw) > 0 then
+    redis.call('RPUSH', KEYS[2 + i], raw)
+    redis.call('SADD', KEYS[2], ARGV[count + i])
+    requeued = requeued + 1
+  end
+end
+return requeued

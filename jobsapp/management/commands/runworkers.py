@@ -1,0 +1,66 @@
+"""``python manage.py runworkers``: parse Sidekiq-like flags, print a banner, run the launcher."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from jobsapp import connection, registry
+from jobsapp.conf import jobs_settings
+from jobsapp.fetch import QueueOrder
+from jobsapp.launcher import WorkerOptions, run
+
+
+class Command(BaseCommand):
+    help = "Run background job workers (Sidekiq-compatible) until TERM/INT."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "-q",
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="NAME[,WEIGHT]",
+            help="queue to process, repeatable; weights make the order weighted-random, "
+            "no weights means strict order (default: JOBSAPP['QUEUES'])",
+        )
+        parser.add_argument("-c", "--concurrency", type=int, help="processor threads per process (default 10)")
+        parser.add_argument("-P", "--processes", type=int, help="worker processes to fork (default 1)")
+        parser.add_argument("-t", "--timeout", type=float, help="seconds to wait for running jobs at shutdown (default 25)")
+        parser.add_argument("-g", "--tag", help="a tag shown with the process in the dashboards")
+        parser.add_argument("--label", action="append", default=None, help="a label for the process, repeatable")
+        parser.add_argument("--fetch", choices=["reliable", "basic"], help="fetch strategy (default reliable)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        worker_options = WorkerOptions(
+            queues=options["queues"] or list(jobs_settings.QUEUES),
+            concurrency=options["concurrency"] or int(jobs_settings.CONCURRENCY),
+            processes=options["processes"] or int(jobs_settings.PROCESSES),
+            timeout_seconds=options["timeout"] if options["timeout"] is not None else float(jobs_settings.SHUTDOWN_TIMEOUT_SECONDS),
+            tag=options["tag"] or str(jobs_settings.TAG),
+            labels=options["label"] or list(jobs_settings.LABELS),
+            fetch=options["fetch"] or str(jobs_settings.FETCH),
+        )
+        try:
+            order = QueueOrder.parse(worker_options.queues)
+        except ValueError as exc:
+            raise CommandError(f"bad -q value: {exc}") from None
+        if worker_options.concurrency < 1 or worker_options.processes < 1:
+            raise CommandError("-c and -P must be at least 1")
+        if worker_options.timeout_seconds < 0:
+            raise CommandError("-t must not be negative")
+        if options["verbosity"] >= 2:
+            logging.getLogger("jobsapp").setLevel(logging.DEBUG)
+        self.stdout.write(
+            "jobsapp workers\n"
+            f"  redis:       {connection.describe()}\n"
+            f"  queues:      {order.describe()}\n"
+            f"  processes:   {worker_options.processes} x {worker_options.concurrency} threads\n"
+            f"  fetch:       {worker_options.fetch}\n"
+            f"  timeout:     {worker_options.timeout_seconds:g} s\n"
+            f"  jobs:        {len(registry.names())} registered\n"
+        )
+        self.stdout.flush()
+        raise SystemExit(run(worker_options))

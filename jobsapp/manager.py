@@ -1,0 +1,310 @@
+"""The manager: one process's processor threads, its fetcher and its acker.
+
+Threads (all daemons, named):
+- ``jobsapp.fetcher`` keeps a small local buffer filled: one ``fetch.lua`` round trip brings up
+  to a batch of jobs (already safe in the in-flight list); when every queue is empty it blocks
+  in ``BLMOVE`` so an idle worker starts a new job within a millisecond of its push.
+- ``jobsapp.processor-<n>`` (``concurrency`` of them) take units from the buffer and run them.
+- ``jobsapp.acker`` acknowledges finished jobs and adds to the stats counters in batches: one
+  ``ack.lua`` call for everything finished since the previous call (that is how the engine
+  drains many thousand jobs a second without a round trip per job).
+
+Lifecycle: ``start()``; ``quiet()`` stops fetching and puts the buffered, not yet started jobs
+back at the front of their queues; ``stop(deadline)`` quiets, waits for running jobs until the
+deadline, flushes acknowledgements, then puts every still-running job back at the front of its
+queue (``requeue.lua``, guarded so a job is never both requeued and filed in retry) and tells
+middleware through ``on_requeue``.
+
+A job that finished but whose ack had not reached Redis when the process died runs again
+elsewhere: at-least-once, with duplicates bounded by one ack batch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .backoff import Backoff
+from .connection import CONNECTION_ERRORS
+from .fetch import Fetch, UnitOfWork
+from .middleware import notify
+from .payload import decode
+from .processor import DURATION_BUCKETS_SECONDS, Processor, Result
+
+logger = logging.getLogger("jobsapp.manager")
+
+#: The most acknowledgements sent in one ack.lua call.
+MAX_ACK_BATCH = 500
+
+
+@dataclass(slots=True)
+class Running:
+    unit: UnitOfWork
+    run_at: float  # epoch seconds, for the busy list
+
+
+class DurationHistogram:
+    """Cumulative per-class job durations since process start, for /jobs/metrics."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[int]] = {}
+        self.sums: dict[str, float] = {}
+
+    def observe(self, job_class: str, seconds: float) -> None:
+        counts = self.counts.get(job_class)
+        if counts is None:
+            counts = self.counts[job_class] = [0] * (len(DURATION_BUCKETS_SECONDS) + 1)
+            self.sums[job_class] = 0.0
+        counts[bisect.bisect_left(DURATION_BUCKETS_SECONDS, seconds)] += 1
+        self.sums[job_class] += seconds
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """{class: {"buckets": {le: cumulative count}, "sum": seconds, "count": n}}."""
+        result: dict[str, dict[str, Any]] = {}
+        for job_class, counts in self.counts.items():
+            cumulative = 0
+            buckets: dict[str, int] = {}
+            for bound, count in zip((*DURATION_BUCKETS_SECONDS, float("inf")), counts, strict=True):
+                cumulative += count
+                buckets["+Inf" if bound == float("inf") else repr(bound)] = cumulative
+            result[job_class] = {"buckets": buckets, "sum": self.sums[job_class], "count": cumulative}
+        return result
+
+
+class Manager:
+    def __init__(
+        self,
+        *,
+        fetch: Fetch,
+        processor: Processor,
+        concurrency: int,
+        batch_size: int,
+        block_seconds: float,
+        stop_event: threading.Event,
+    ) -> None:
+        self.fetch = fetch
+        self.processor = processor
+        self.concurrency = concurrency
+        self.capacity = max(batch_size, 1)
+        self.low_water = max(self.capacity // 2, 1)
+        self.block_seconds = block_seconds
+        self.stop_event = stop_event  # set when the process is stopping for good (hard stop)
+
+        self._lock = threading.Lock()
+        self._work_ready = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)
+        self._buffer: deque[UnitOfWork] = deque()
+        self._running: dict[int, Running] = {}
+        self._quiet = threading.Event()
+        self._processors_done = False
+
+        self._ack_lock = threading.Lock()
+        self._ack_ready = threading.Condition(self._ack_lock)
+        self._ack_units: list[UnitOfWork] = []
+        self._ack_jids: list[str] = []
+        self._processed = 0
+        self._failed = 0
+        self._acker_stop = False
+        self.durations = DurationHistogram()
+        self.processed_total = 0
+        self.failed_total = 0
+
+        self._threads: list[threading.Thread] = []
+        self._acker: threading.Thread | None = None
+        self._fetcher: threading.Thread | None = None
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._fetcher = threading.Thread(target=self._fetch_loop, name="jobsapp.fetcher", daemon=True)
+        self._acker = threading.Thread(target=self._ack_loop, name="jobsapp.acker", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._process_loop, name=f"jobsapp.processor-{index}", daemon=True) for index in range(self.concurrency)
+        ]
+        self._fetcher.start()
+        self._acker.start()
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def is_quiet(self) -> bool:
+        return self._quiet.is_set()
+
+    def quiet(self) -> None:
+        """Stop fetching; put buffered, unstarted jobs back at the front of their queues."""
+        if self._quiet.is_set():
+            return
+        self._quiet.set()
+        with self._lock:
+            unstarted = list(self._buffer)
+            self._buffer.clear()
+            self._processors_done = True
+            self._work_ready.notify_all()
+            self._room.notify_all()
+        self._requeue(unstarted, reason="quiet")
+        logger.info("quiet: fetching stopped, %d buffered jobs put back", len(unstarted))
+
+    def stop(self, deadline: float) -> int:
+        """Quiet, wait for running jobs until ``deadline`` (monotonic), then requeue the rest.
+
+        Returns how many running jobs were put back unfinished.
+        """
+        self.quiet()
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            unfinished = [running.unit for running in self._running.values()]
+        self._stop_acker()
+        if self._fetcher is not None:
+            self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.block_seconds + 1)))
+        if unfinished:
+            logger.warning("shutdown: %d jobs still running at the deadline are put back on their queues", len(unfinished))
+            self._requeue(unfinished, reason="shutdown")
+        return len(unfinished)
+
+    # --- for the heartbeat ------------------------------------------------------------
+
+    def busy(self) -> list[tuple[int, Running]]:
+        with self._lock:
+            return list(self._running.items())
+
+    # --- threads ---------------------------------------------------------------------
+
+    def _fetch_loop(self) -> None:
+        backoff = Backoff()
+        while not self._quiet.is_set():
+            with self._lock:
+                while len(self._buffer) >= self.low_water and not self._quiet.is_set():
+                    self._room.wait(1.0)
+                if self._quiet.is_set():
+                    break
+                want = self.capacity - len(self._buffer)
+            try:
+                units = self.fetch.take(want, block_seconds=self.block_seconds)
+            except CONNECTION_ERRORS as exc:
+                delay = backoff.next_delay()
+                if backoff.failures == 1:
+                    logger.warning("fetch: Redis unavailable (%s); retrying with backoff", exc)
+                self._quiet.wait(delay)
+                continue
+            except redis.ResponseError as exc:  # e.g. a read-only replica after failover: wait it out
+                delay = backoff.next_delay()
+                logger.warning("fetch: Redis refused the fetch (%s); retrying in %.1f s", exc, delay)
+                self._quiet.wait(delay)
+                continue
+            if backoff.failures:
+                logger.info("fetch: Redis is back after %d failed attempts", backoff.failures)
+                backoff.reset()
+            if not units:
+                continue
+            with self._lock:
+                if not self._quiet.is_set():
+                    self._buffer.extend(units)
+                    self._work_ready.notify(len(units))
+                    units = []
+            if units:  # quieted while the fetch was in flight: give them back
+                self._requeue(units, reason="quiet")
+
+    def _process_loop(self) -> None:
+        ident = threading.get_ident()
+        while True:
+            with self._lock:
+                while not self._buffer and not self._processors_done:
+                    self._work_ready.wait()
+                if not self._buffer:
+                    return
+                unit = self._buffer.popleft()
+                self._running[ident] = Running(unit, time.time())
+                if len(self._buffer) < self.low_water:
+                    self._room.notify()
+            try:
+                result = self.processor.process(unit)
+            except CONNECTION_ERRORS as exc:
+                # only when stopping for good during an outage: the job stays in flight and is
+                # recovered by the next process in this slot or by the orphan sweeper
+                logger.error("jid unknown queue=%s left in flight: Redis unavailable at shutdown (%s)", unit.queue, exc)
+                with self._lock:
+                    self._running.pop(ident, None)
+                continue
+            with self._lock:
+                self._running.pop(ident, None)
+            self._record(unit, result)
+
+    def _record(self, unit: UnitOfWork, result: Result) -> None:
+        with self._ack_lock:
+            if result.acknowledge:
+                self._ack_units.append(unit)
+                self._ack_jids.append(result.jid)
+            self._processed += 1
+            if result.failed:
+                self._failed += 1
+            self.durations.observe(result.job_class, result.elapsed_seconds)
+            self._ack_ready.notify()
+
+    def _ack_loop(self) -> None:
+        backoff = Backoff()
+        while True:
+            with self._ack_lock:
+                while not (self._ack_units or self._processed) and not self._acker_stop:
+                    self._ack_ready.wait(1.0)
+                if not (self._ack_units or self._processed):
+                    return
+                units = self._ack_units[:MAX_ACK_BATCH]
+                jids = self._ack_jids[:MAX_ACK_BATCH]
+                del self._ack_units[:MAX_ACK_BATCH]
+                del self._ack_jids[:MAX_ACK_BATCH]
+                processed, failed = self._processed, self._failed
+                self._processed = self._failed = 0
+            try:
+                self.fetch.acknowledge(units, jids, processed=processed, failed=failed, today=dt.datetime.now(dt.UTC).date())
+            except CONNECTION_ERRORS as exc:
+                with self._ack_lock:
+                    self._ack_units[:0] = units
+                    self._ack_jids[:0] = jids
+                    self._processed += processed
+                    self._failed += failed
+                    stopping = self._acker_stop and self.stop_event.is_set()
+                if stopping:
+                    logger.error(
+                        "ack: Redis unavailable at shutdown (%s); %d finished jobs stay in flight and may run again", exc, len(units)
+                    )
+                    return
+                delay = backoff.next_delay()
+                if backoff.failures == 1:
+                    logger.warning("ack: Redis unavailable (%s); retrying with backoff", exc)
+                time.sleep(delay)
+                continue
+            backoff.reset()
+            self.processed_total += processed
+            self.failed_total += failed
+
+    def _stop_acker(self) -> None:
+        with self._ack_lock:
+            self._acker_stop = True
+            self._ack_ready.notify_all()
+        if self._acker is not None:
+            self._acker.join(10.0)
+
+    def _requeue(self, units: list[UnitOfWork], *, reason: str) -> None:
+        if not units:
+            return
+        try:
+            self.fetch.requeue(units)
+        except CONNECTION_ERRORS as exc:
+            # they stay in the in-flight list (reliable fetch) and are recovered later
+            logger.error("could not put %d jobs back (%s); they stay in flight for recovery", len(units), exc)
+            return
+        for unit in units:
+            try:
+                item = decode(unit.raw)
+            except ValueError:  # malformed: nothing for middleware to record
+                continue
+            notify("on_requeue", item, reason=reason)

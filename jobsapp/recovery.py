@@ -1,0 +1,192 @@
+"""Orphan recovery: jobs left in the in-flight list of a process that died are put back.
+
+Two paths, both through ``recover.lua`` (one job per call, guarded by LREM so a job is moved
+at most once however many recoverers race):
+
+- at start, a process running in supervisor slot N on this host takes over the in-flight list
+  of the previous occupant of that slot (``jobsapp:slot:<host>:<N>``) at once, when that
+  process is gone (its pid is not alive here);
+- thread ``jobsapp.sweeper`` wakes every ~15 s (jittered), takes ``jobsapp:lock:sweep`` (one
+  sweeper at a time across all processes), and recovers every list in ``jobsapp:inflight``
+  whose owner's heartbeat key has expired. Liveness is the Redis TTL (server time), so clock
+  skew between hosts cannot make a live process look dead. A sweeper sweeps only after its own
+  heartbeat has succeeded twice in a row, so after a Redis outage every live process has had
+  time to beat again before anyone decides who is dead.
+
+Jobs go back to the front (right end) of their queues, oldest first. A job recovered
+``POISON_RECOVERY_LIMIT`` times (3) has killed its process every time: it goes to the dead set
+as poison. Middleware is told (``on_requeue`` reason "recovered", ``on_dead`` reason "poison").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+from collections.abc import Callable
+
+import redis
+
+from . import keys
+from .conf import jobs_settings
+from .connection import CONNECTION_ERRORS
+from .errors import JobsError
+from .fetch import UnitOfWork
+from .middleware import notify
+from .payload import decode, now
+from .processor import malformed_item
+from .retry import dead_trim_args, with_error_fields
+from .scripts import script
+
+logger = logging.getLogger("jobsapp.recovery")
+
+
+class PoisonJob(JobsError):
+    """The job was in flight in a process that died, too many times in a row."""
+
+
+def pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_list(client: redis.Redis, identity: str) -> tuple[int, int]:
+    """Put back every job of ``identity``'s in-flight list; returns (requeued, buried)."""
+    inflight_key = keys.inflight(identity)
+    requeued = buried = 0
+    limit = int(jobs_settings.POISON_RECOVERY_LIMIT)
+    recover = script("recover")
+    while True:
+        raw = client.lindex(inflight_key, -1)  # oldest first
+        if raw is None:
+            break
+        unit = UnitOfWork(raw, "default")
+        try:
+            item = decode(raw)
+        except ValueError as exc:  # malformed: dead, wrapped so the raw text is kept
+            item = malformed_item(unit, str(exc))
+            exc_for_dead: BaseException = exc
+            mode = "dead"
+        else:
+            previous = client.hget(keys.RECOVERIES, str(item.get("jid", "")))
+            count = int(previous or 0) + 1
+            mode = "dead" if count >= limit else "queue"
+            exc_for_dead = PoisonJob(f"recovered from {count} dead processes; treated as poison")
+        queue = str(item.get("queue") or jobs_settings.DEFAULT_QUEUE)
+        jid = str(item.get("jid", ""))
+        if mode == "queue":
+            result = recover(
+                client, [inflight_key, keys.queue(queue), keys.QUEUES, keys.RECOVERIES], [raw, "queue", queue, jid, "", "", ""]
+            )
+            if result:
+                requeued += 1
+                notify("on_requeue", item, reason="recovered")
+        else:
+            timestamp = now()
+            dead_item = with_error_fields(item, exc_for_dead, timestamp)
+            cutoff, maximum = dead_trim_args(timestamp)
+            member = json.dumps(dead_item, separators=(",", ":"), ensure_ascii=False)
+            result = recover(
+                client,
+                [inflight_key, keys.DEAD, keys.QUEUES, keys.RECOVERIES],
+                [raw, "dead", member, jid, repr(timestamp), cutoff, maximum],
+            )
+            if result:
+                buried += 1
+                logger.error("jid=%s class=%s poison job sent to the dead set: %s", jid, str(item.get("class"))[:200], exc_for_dead)
+                notify("on_dead", None, dead_item, exc_for_dead, reason="poison")
+        if not result:  # someone else moved it first; look at the list again
+            continue
+    client.srem(keys.INFLIGHT_INDEX, identity)
+    if requeued or buried:
+        logger.warning("recovered in-flight jobs of %s: %d back on their queues, %d poison to the dead set", identity, requeued, buried)
+    return requeued, buried
+
+
+def claim_slot(client: redis.Redis, *, hostname: str, slot_number: int, identity: str) -> str | None:
+    """Record this process in its slot; returns the previous occupant if it is dead, else None."""
+    previous = client.set(keys.slot(hostname, slot_number), identity, get=True)
+    if not previous:
+        return None
+    previous_identity = previous.decode("utf-8", "replace")
+    if previous_identity == identity:
+        return None
+    try:
+        previous_pid = int(previous_identity.rsplit(":", 2)[1])
+    except (IndexError, ValueError):
+        return None
+    if pid_alive(previous_pid):
+        return None
+    return previous_identity
+
+
+class Sweeper:
+    """Thread ``jobsapp.sweeper``: periodic, locked recovery of dead processes' in-flight lists."""
+
+    def __init__(
+        self,
+        *,
+        client: redis.Redis,
+        identity: str,
+        interval_seconds: float,
+        lock_seconds: float,
+        ready: Callable[[], bool],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.client = client
+        self.identity = identity
+        self.interval_seconds = interval_seconds
+        self.lock_seconds = lock_seconds
+        self.ready = ready
+        self.rng = rng or random.Random()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="jobsapp.sweeper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_seconds * self.rng.uniform(0.5, 1.5)):
+            try:
+                self.sweep()
+            except CONNECTION_ERRORS as exc:  # next round; nothing was half-moved (each move is atomic)
+                logger.warning("sweeper: Redis unavailable (%s)", exc)
+            except redis.ResponseError as exc:
+                logger.warning("sweeper: Redis refused (%s)", exc)
+
+    def sweep(self) -> int:
+        """Recover the lists of every process whose heartbeat has expired; returns jobs moved."""
+        if not self.ready():
+            return 0
+        token = os.urandom(8).hex()
+        if not self.client.set(keys.SWEEP_LOCK, token, nx=True, px=int(self.lock_seconds * 1000)):
+            return 0
+        moved = 0
+        try:
+            owners = [member.decode("utf-8", "replace") for member in self.client.smembers(keys.INFLIGHT_INDEX)]
+            for owner in owners:
+                if owner == self.identity or self._stop.is_set():
+                    continue
+                if self.client.exists(keys.process(owner)):
+                    continue
+                requeued, buried = recover_list(self.client, owner)
+                moved += requeued + buried
+        finally:
+            if self.client.get(keys.SWEEP_LOCK) == token.encode():
+                self.client.delete(keys.SWEEP_LOCK)
+        return moved
