@@ -77,9 +77,10 @@ class RubyView:
     def inspect(self) -> dict[str, Any]:
         return json.loads(run_ruby("inspect.rb", redis_url=self.redis_url))
 
-    def quiet(self, identity: str) -> dict[str, Any]:
-        """Sidekiq::Process#quiet! on ``identity`` (pushes TSTP to its signals list)."""
-        return json.loads(run_ruby("inspect.rb", "quiet", identity, redis_url=self.redis_url))
+    def signal(self, command: str, identity: str) -> dict[str, Any]:
+        """Sidekiq::Process#quiet! (``"quiet"``: TSTP) or #stop! (``"stop"``: TERM) on ``identity``,
+        through its ``<identity>-signals`` list; then what Ruby sees, as ``inspect``."""
+        return json.loads(run_ruby("inspect.rb", command, identity, redis_url=self.redis_url))
 
 
 @pytest.fixture

@@ -3,20 +3,18 @@
 Given a ``sidekiq -r ruby/worker.rb -q default -c 2`` process whose HardWorker records each run,
 when Python enqueues for "HardWorker" (raw ``client.push``, a Python class with
 ``class_name="HardWorker"``, ``perform_in``), then Ruby runs it; and a job Ruby fails lands in the
-retry set with Sidekiq's error fields, readable by our side.
+retry set with Sidekiq's error fields, as ``jobsapp.api`` reads them.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import time
-import zlib
 
 import pytest
 
-from jobsapp import client
-from tests.jobsapp.jobs_for_tests import HardWorker
+from jobsapp import api, client
+from tests.testapp.jobs import HardWorker
 from tests.workers import wait_until
 
 pytestmark = pytest.mark.interop
@@ -70,20 +68,20 @@ def test_perform_in_is_moved_by_ruby_scheduler_and_run(ruby_sidekiq, redis):
     assert redis.zcard("schedule") == 0
 
 
-def test_ruby_failure_lands_in_retry_set_with_error_fields(ruby_sidekiq, redis):
+def test_ruby_failure_lands_in_our_retry_set_view_with_error_fields(ruby_sidekiq, redis):
     # When a job pushed by Python fails in Ruby
     before = time.time()
     jid = client.push({"class": "HardWorker", "args": ["fail"], "backtrace": True, "tracking_id": "t-1"})
     wait_until(lambda: redis.zcard("retry") == 1, message="the failed job is in the retry set")
-    # Then the retry set holds it with Sidekiq's error fields, as our side reads them
-    [(raw, score)] = redis.zrange("retry", 0, -1, withscores=True)
-    item = json.loads(raw)
-    assert item["jid"] == jid
-    assert item["error_class"] == "ArgumentError"
-    assert item["error_message"] == 'HardWorker was told to fail: ["fail"]'
-    assert item["retry_count"] == 0
-    assert before <= item["failed_at"] <= time.time()
-    assert score >= item["failed_at"] + 15  # Sidekiq's backoff: 0**4 + 15 + rand(10) * 1
-    assert item["tracking_id"] == "t-1"  # unknown keys survive Ruby's hop
-    backtrace = json.loads(zlib.decompress(base64.b64decode(item["error_backtrace"])))
-    assert any("worker.rb" in line and "perform" in line for line in backtrace)
+    # Then our api.RetrySet reads it with the error fields Sidekiq wrote
+    entry = api.RetrySet().find_job(jid)
+    assert entry is not None and entry.klass == "HardWorker" and entry.args == ["fail"]
+    assert entry.error_class == "ArgumentError"
+    assert entry.error_message == 'HardWorker was told to fail: ["fail"]'
+    assert entry.retry_count == 0
+    assert before <= entry.failed_at <= time.time()
+    assert entry.score >= entry.failed_at + 15  # Sidekiq's backoff: 0**4 + 15 + rand(10) * 1
+    assert entry.item["tracking_id"] == "t-1"  # unknown keys survive Ruby's hop
+    # And the backtrace Ruby compressed decompresses to Ruby's lines
+    assert any("worker.rb" in line and "perform" in line for line in entry.error_backtrace)
+    assert api.Stats.fetch().retry_size == 1

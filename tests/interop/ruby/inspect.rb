@@ -40,7 +40,9 @@ report = {
     "workers_size" => stats.workers_size, "queues" => stats.queues,
     "history" => Sidekiq::Stats::History.new(1).processed.transform_keys(&:to_s)
   },
-  "queues" => Sidekiq::Queue.all.map { |queue| {"name" => queue.name, "size" => queue.size, "latency" => queue.latency} },
+  "queues" => Sidekiq::Queue.all.map { |queue|
+    {"name" => queue.name, "size" => queue.size, "latency" => queue.latency, "jids" => queue.map(&:jid)}
+  },
   "scheduled" => Sidekiq::ScheduledSet.new.map { |record| entry(record) },
   "retries" => Sidekiq::RetrySet.new.map { |record| entry(record) },
   "dead" => Sidekiq::DeadSet.new.map { |record| entry(record) },
