@@ -94,6 +94,11 @@ JOBSAPP = {
     "SERVER_MIDDLEWARE": [],
 }
 
+# Task tracking (tracking/conf.py has every key and its default).
+TRACKING = {
+    "API_THROTTLE_RATE": os.environ.get("TRACKING_API_THROTTLE_RATE", "1200/min"),
+}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -99,9 +99,7 @@ def push_recorded(
     pushed: list[str | None] = []
     try:
         if all(not kwargs for _, _, kwargs in jobs):
-            pushed = client.push_bulk(
-                {**template, "args": [list(args) for _, args, _ in jobs]}, batch_size=batch_size, job_class=job_class
-            )
+            pushed = client.push_bulk({**template, "args": [list(args) for _, args, _ in jobs]}, batch_size=batch_size, job_class=job_class)
         else:
             for job_id, args, kwargs in jobs:
                 item = {**template, "args": list(args), "jid": job_id}
@@ -112,9 +110,7 @@ def push_recorded(
         # Some batches may be in Redis, the rest are not; the events cannot tell which, so all
         # of them are settled with the reason. Jobs that did get through still run (tracking
         # ignores them: their events are final).
-        recorder.settle_unpushed(
-            (job_id for job_id, _, _ in jobs[len(pushed) :] or jobs), f"could not be enqueued: {exc}"
-        )
+        recorder.settle_unpushed((job_id for job_id, _, _ in jobs[len(pushed) :] or jobs), f"could not be enqueued: {exc}")
         raise
     finally:
         _recorded.reset(token)

@@ -125,9 +125,7 @@ class TrackingServerMiddleware(ServerMiddleware):
         run_at: float,
     ) -> None:
         if is_tracked(item):
-            recorder.record(
-                item["jid"], recorder.RETRY_SCHEDULED, message=f"waiting for retry ({retry_count + 1} of {retry_limit})"
-            )
+            recorder.record(item["jid"], recorder.RETRY_SCHEDULED, message=f"waiting for retry ({retry_count + 1} of {retry_limit})")
 
     def on_dead(self, job_class: type[Job] | None, item: Item, exception: BaseException | None, *, reason: str) -> None:
         if not is_tracked(item):

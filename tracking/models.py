@@ -65,17 +65,13 @@ class TaskManager(models.Manager["Task"]):
         ``tracking.launching.launch``): the jobs reach Redis only after the rows are committed."""
         from .launching import launch
 
-        return launch(
-            job_class, args_list, owner=owner, name=name, then=then, then_args=then_args, batch_size=batch_size
-        )
+        return launch(job_class, args_list, owner=owner, name=name, then=then, then_args=then_args, batch_size=batch_size)
 
 
 class Task(models.Model):
     id = models.CharField(primary_key=True, max_length=32, default=new_task_id, editable=False)
     name = models.CharField(max_length=255, help_text="What the task does; by default its job class.")
-    owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="tracked_tasks"
-    )
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="tracked_tasks")
     total = models.PositiveIntegerField(default=0)
     enqueue_count = models.PositiveIntegerField(default=0)
     working_count = models.PositiveIntegerField(default=0)
@@ -134,9 +130,7 @@ class Event(models.Model):
     queue = models.CharField(max_length=255, default="default")
     status = models.CharField(max_length=16, choices=EventStatus.choices, default=EventStatus.ENQUEUE)
     is_final = models.BooleanField(default=False)
-    params = models.JSONField(
-        default=dict, blank=True, help_text='The job\'s arguments: {"args": [...], "kwargs": {...}}'
-    )
+    params = models.JSONField(default=dict, blank=True, help_text='The job\'s arguments: {"args": [...], "kwargs": {...}}')
     messages = models.JSONField(default=list, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     revision = models.PositiveBigIntegerField(default=0)

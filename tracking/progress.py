@@ -30,9 +30,7 @@ class EventHandle:
     ) -> None:
         self.job_id = job_id
         self.flush_interval_seconds = (
-            tracking_settings.MESSAGE_FLUSH_INTERVAL_SECONDS
-            if flush_interval_seconds is None
-            else flush_interval_seconds
+            tracking_settings.MESSAGE_FLUSH_INTERVAL_SECONDS if flush_interval_seconds is None else flush_interval_seconds
         )
         self._clock = clock
         self._lock = threading.Lock()

@@ -29,6 +29,7 @@ def _tracking_middleware(_engine_on_test_redis: None, settings) -> Iterator[None
     from jobsapp import middleware
 
     settings.JOBSAPP = {**settings.JOBSAPP, "CLIENT_MIDDLEWARE": [CLIENT], "SERVER_MIDDLEWARE": [SERVER]}
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test users
     middleware.reset_chains()
     yield
     middleware.reset_chains()

@@ -1,0 +1,200 @@
+"""The tracking API of shared/DESIGN.md §5: shapes, owner scoping, 404s, pagination, filters,
+ETag/304, throttling, authentication and the OpenAPI schema."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from tests.tracking.jobs import Succeeds
+from tracking import recorder
+from tracking.models import Event, Task
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _local_cache(settings):
+    """Throttle counters in process memory, fresh per test."""
+    from django.core.cache import cache
+
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    cache.clear()
+
+
+@pytest.fixture
+def ann(django_user_model):
+    return django_user_model.objects.create_user("ann", password="pw-ann-123")
+
+
+@pytest.fixture
+def bob(django_user_model):
+    return django_user_model.objects.create_user("bob", password="pw-bob-123")
+
+
+@pytest.fixture
+def api(ann) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(ann)
+    return client
+
+
+def make_task(owner, job_class=Succeeds, size: int = 3, **kwargs) -> Task:
+    return Task.objects.launch(job_class, [[index] for index in range(size)], owner=owner, **kwargs)
+
+
+def job_ids(task: Task) -> list[str]:
+    return list(Event.objects.filter(task=task).order_by("id").values_list("job_id", flat=True))
+
+
+def test_summary_has_the_contract_shape(api, ann):
+    task = make_task(ann, size=4, name="sign up")
+    first, second, third, _ = job_ids(task)
+    recorder.record(first, recorder.START)
+    recorder.record(first, recorder.FINISHED)
+    recorder.record(second, recorder.FAILED_ON_PURPOSE, message="seller not qualified")
+    recorder.record(third, recorder.START)
+    response = api.get(f"/api/tasks/{task.pk}/")
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"id", "name", "status", "total", "counts", "progress", "created_at", "updated_at", "finished_at"}
+    assert body["id"] == task.pk and body["name"] == "sign up" and body["status"] == "running"
+    assert body["total"] == 4 and body["progress"] == 0.5 and body["finished_at"] is None
+    assert body["counts"] == {"enqueue": 1, "working": 1, "finish": 1, "failed": 1, "error": 0}
+
+
+def test_list_is_the_callers_tasks_newest_first_and_paginated(api, ann, bob, settings):
+    settings.TRACKING = {"API_PAGE_SIZE": 2}
+    mine = [make_task(ann, size=1, name=f"mine {index}") for index in range(3)]
+    make_task(bob, size=1, name="theirs")
+    page_one = api.get("/api/tasks/").json()
+    assert page_one["count"] == 3
+    assert [row["name"] for row in page_one["results"]] == ["mine 2", "mine 1"]
+    page_two = api.get(page_one["next"]).json()
+    assert [row["id"] for row in page_two["results"]] == [mine[0].pk]
+    assert api.get("/api/tasks/?page_size=1").json()["results"][0]["name"] == "mine 2"
+
+
+@pytest.mark.parametrize(
+    "bad_id",
+    ["0" * 32, "nope", "x" * 500, "%00", "..%2F..%2Fetc", "'; DROP TABLE tracking_task; --", "ü" * 40, " "],
+)
+def test_bad_task_and_event_ids_are_404_never_500(api, bad_id):
+    for url in (f"/api/tasks/{bad_id}/", f"/api/tasks/{bad_id}/events/", f"/api/events/{bad_id}/"):
+        response = api.get(url)
+        assert response.status_code == 404, (url, response.status_code)
+
+
+def test_another_users_task_and_events_answer_404_like_missing_ones(api, bob):
+    theirs = make_task(bob)
+    jid = job_ids(theirs)[0]
+    missing = api.get("/api/tasks/" + "0" * 32 + "/")
+    for url in (f"/api/tasks/{theirs.pk}/", f"/api/tasks/{theirs.pk}/events/", f"/api/events/{jid}/"):
+        response = api.get(url)
+        assert response.status_code == 404
+        assert response.json() == missing.json()
+    assert api.get("/api/tasks/").json()["count"] == 0
+
+
+def test_events_are_paginated_and_filtered_by_status(api, ann, settings):
+    settings.TRACKING = {"API_PAGE_SIZE": 2}
+    task = make_task(ann, size=5)
+    ids = job_ids(task)
+    recorder.record(ids[1], recorder.FAILED_ON_PURPOSE, message="no stock")
+    recorder.record(ids[3], recorder.CRASHED, message="KeyError: 'x'")
+    recorder.record(ids[3], recorder.DEAD, message="retries exhausted")
+    everything = api.get(f"/api/tasks/{task.pk}/events/").json()
+    assert everything["count"] == 5 and [row["job_id"] for row in everything["results"]] == ids[:2]
+    failed = api.get(f"/api/tasks/{task.pk}/events/?status=failed").json()
+    assert [row["job_id"] for row in failed["results"]] == [ids[1]]
+    row = failed["results"][0]
+    assert set(row) == {"job_id", "status", "params", "messages", "attempts", "updated_at"}
+    assert row["params"] == {"args": [1]} and row["messages"][-1]["message"] == "no stock"
+    assert set(row["messages"][-1]) == {"at", "status", "message"}
+    both = api.get(f"/api/tasks/{task.pk}/events/?status=failed,error").json()
+    assert [row["job_id"] for row in both["results"]] == [ids[1], ids[3]]
+
+
+def test_an_unknown_status_filter_is_a_400(api, ann):
+    task = make_task(ann, size=1)
+    response = api.get(f"/api/tasks/{task.pk}/events/?status=done")
+    assert response.status_code == 400 and "unknown status 'done'" in response.json()["status"]
+
+
+def test_one_event_by_job_id(api, ann):
+    task = make_task(ann, size=2)
+    jid = job_ids(task)[1]
+    recorder.record(jid, recorder.START)
+    body = api.get(f"/api/events/{jid}/").json()
+    assert body["job_id"] == jid and body["status"] == "working" and body["attempts"] == 1
+
+
+def test_summary_is_one_query_however_many_events(api, ann, django_assert_num_queries):
+    small = make_task(ann, size=1)
+    large = make_task(ann, size=2000)
+    for task in (small, large):
+        with django_assert_num_queries(1):
+            assert api.get(f"/api/tasks/{task.pk}/").status_code == 200
+
+
+def test_unchanged_summary_answers_304_to_if_none_match(api, ann):
+    task = make_task(ann, size=2)
+    first = api.get(f"/api/tasks/{task.pk}/")
+    etag = first["ETag"]
+    assert etag
+    # While nothing changes, a repeated poll is 304 without a body
+    again = api.get(f"/api/tasks/{task.pk}/", HTTP_IF_NONE_MATCH=etag)
+    assert again.status_code == 304 and not again.content and again["ETag"] == etag
+    # When a job starts, the ETag changes and the summary is sent again
+    recorder.record(job_ids(task)[0], recorder.START)
+    changed = api.get(f"/api/tasks/{task.pk}/", HTTP_IF_NONE_MATCH=etag)
+    assert changed.status_code == 200 and changed["ETag"] != etag
+    assert changed.json()["counts"]["working"] == 1
+
+
+def test_requests_over_the_rate_are_429(api, ann, settings):
+    settings.TRACKING = {"API_THROTTLE_RATE": "3/min"}
+    task = make_task(ann, size=1)
+    codes = [api.get(f"/api/tasks/{task.pk}/").status_code for _ in range(4)]
+    assert codes == [200, 200, 200, 429]
+
+
+def test_anonymous_callers_are_refused(ann):
+    task = make_task(ann, size=1)
+    response = APIClient().get(f"/api/tasks/{task.pk}/")
+    assert response.status_code in (401, 403)
+
+
+def test_token_and_session_authentication(ann):
+    task = make_task(ann, size=1)
+    token = Token.objects.create(user=ann)
+    by_token = APIClient()
+    by_token.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    assert by_token.get(f"/api/tasks/{task.pk}/").status_code == 200
+    by_session = APIClient()
+    assert by_session.login(username="ann", password="pw-ann-123")
+    assert by_session.get(f"/api/tasks/{task.pk}/").status_code == 200
+
+
+def test_openapi_schema_describes_the_endpoints(api):
+    response = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    schema = response.json()
+    paths = schema["paths"]
+    for path in ("/api/tasks/", "/api/tasks/{id}/", "/api/tasks/{id}/events/", "/api/events/{job_id}/"):
+        assert path in paths, sorted(paths)
+    task_schema = schema["components"]["schemas"]["Task"]["properties"]
+    assert {"counts", "progress", "status"} <= set(task_schema)
+
+
+def test_progress_page_is_the_owners_only(client, ann, bob):
+    task = make_task(ann, size=1)
+    assert client.get(f"/tasks/{task.pk}/").status_code == 302  # to the login page
+    client.force_login(bob)
+    assert client.get(f"/tasks/{task.pk}/").status_code == 404
+    assert client.get("/tasks/" + "x" * 300 + "/").status_code == 404
+    client.force_login(ann)
+    page = client.get(f"/tasks/{task.pk}/")
+    assert page.status_code == 200
+    assert f'data-summary-url="/api/tasks/{task.pk}/"'.encode() in page.content

@@ -1,0 +1,134 @@
+// The progress page: polls the task summary (with If-None-Match, so an unchanged task costs a
+// 304), fetches the failed and errored events when their number changes, and stops polling once
+// the task is finished. Plain JS, no build step; data is only ever inserted as text.
+(function () {
+  "use strict";
+  var root = document.getElementById("task-progress");
+  var summaryUrl = root.dataset.summaryUrl;
+  var eventsUrl = root.dataset.eventsUrl;
+  var intervalMs = Number(root.dataset.pollInterval) || 1000;
+  var maxProblemPages = 5;
+  var etag = null;
+  var problemsKey = null;
+
+  function byId(id) { return document.getElementById(id); }
+
+  function setText(id, text) { byId(id).textContent = text; }
+
+  function showError(text) {
+    var node = byId("poll-error");
+    node.hidden = !text;
+    node.textContent = text || "";
+  }
+
+  function renderSummary(task) {
+    var percent = Math.round(task.progress * 1000) / 10;
+    var settled = task.counts.finish + task.counts.failed + (task.status === "finished" ? task.counts.error : 0);
+    setText("task-name", task.name);
+    var badge = byId("task-status");
+    badge.textContent = task.status;
+    badge.className = "status " + task.status;
+    byId("progress-fill").style.width = percent + "%";
+    byId("progress-bar").setAttribute("aria-valuenow", String(percent));
+    setText("progress-text", percent + "% — " + Math.round(task.progress * task.total) + " of " + task.total + " jobs settled");
+    ["enqueue", "working", "finish", "failed", "error"].forEach(function (status) {
+      setText("count-" + status, String(task.counts[status]));
+    });
+    root.dataset.state = task.status;
+    return settled;
+  }
+
+  function renderProblems(events, total) {
+    var list = byId("problems");
+    list.replaceChildren();
+    events.forEach(function (event) {
+      var item = document.createElement("li");
+      item.className = event.status;
+      item.dataset.jobId = event.job_id;
+      var head = document.createElement("span");
+      head.className = "job";
+      head.textContent = event.status + " · " + event.job_id + " · args " + JSON.stringify(event.params.args || []);
+      item.appendChild(head);
+      var messages = event.messages.filter(function (entry) {
+        return entry.status === "failed" || entry.status === "error" || entry.status === "enqueue";
+      });
+      if (!messages.length) { messages = event.messages.slice(-1); }
+      messages.slice(-3).forEach(function (entry) {
+        var line = document.createElement("span");
+        line.className = "message";
+        line.textContent = entry.message;
+        item.appendChild(line);
+      });
+      list.appendChild(item);
+    });
+    byId("no-problems").hidden = events.length > 0;
+    setText("problem-count", total ? "(" + total + (total > events.length ? ", first " + events.length + " shown" : "") + ")" : "");
+  }
+
+  function getJson(url) {
+    return fetch(url, { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        if (!response.ok) { throw new Error("HTTP " + response.status); }
+        return response.json();
+      });
+  }
+
+  function loadProblems() {
+    var events = [];
+    var total = 0;
+    function page(url, number) {
+      return getJson(url).then(function (data) {
+        total = data.count;
+        events = events.concat(data.results);
+        if (data.next && number < maxProblemPages) { return page(data.next, number + 1); }
+        return null;
+      });
+    }
+    return page(eventsUrl + "?status=failed,error&page_size=100", 1).then(function () {
+      renderProblems(events, total);
+    });
+  }
+
+  function schedule(delayMs) { window.setTimeout(poll, delayMs || intervalMs); }
+
+  function poll() {
+    var headers = { Accept: "application/json" };
+    if (etag) { headers["If-None-Match"] = etag; }
+    fetch(summaryUrl, { credentials: "same-origin", cache: "no-store", headers: headers })
+      .then(function (response) {
+        if (response.status === 304) { showError(""); return schedule(); }
+        if (response.status === 429) {
+          var retryAfter = Number(response.headers.get("Retry-After")) || 2 * intervalMs / 1000;
+          return schedule(retryAfter * 1000);
+        }
+        if (response.status === 404 || response.status === 403 || response.status === 401) {
+          root.dataset.state = "gone";
+          return showError("This task cannot be shown (HTTP " + response.status + ").");
+        }
+        if (!response.ok) { throw new Error("HTTP " + response.status); }
+        var newEtag = response.headers.get("ETag");
+        return response.json().then(function (task) {
+          showError("");
+          renderSummary(task);
+          var key = task.counts.failed + "/" + task.counts.error + "/" + task.status;
+          var next = key !== problemsKey ? loadProblems().then(function () { problemsKey = key; }) : Promise.resolve();
+          return next.then(function () {
+            etag = newEtag;  // only once everything this version shows is on the page
+            if (task.status === "finished") {
+              root.dataset.state = "finished";
+              root.dataset.polling = "stopped";
+              return null;
+            }
+            return schedule();
+          });
+        });
+      })
+      .catch(function (error) {
+        showError("Could not update: " + error.message + "; retrying.");
+        schedule(2 * intervalMs);
+      });
+  }
+
+  root.dataset.polling = "running";
+  poll();
+})();

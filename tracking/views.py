@@ -1,0 +1,167 @@
+"""The tracking API (shared/DESIGN.md §5) and the progress page. Thin: read rows, shape them.
+
+Every query is scoped to the caller (``owner = request.user``), so another user's task or event
+answers 404 exactly as a missing one. The task summary is one primary-key read; it carries an
+ETag built from the task's ``revision``, and a repeated ``If-None-Match`` gets 304 while nothing
+changed. Event lists are paginated and filtered by ``?status=failed`` (or ``failed,error``) on the
+``(task, status, id)`` index. All endpoints share one throttle scope, ``TRACKING["API_THROTTLE_RATE"]``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
+
+from .conf import tracking_settings
+from .models import Event, EventStatus, Task
+from .serializers import EventSerializer, TaskSerializer
+
+#: What a task id or a job id can look like; anything else is a 404 without a query (so a NUL
+#: byte or a megabyte of text never reaches the database).
+PLAUSIBLE_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def plausible_id(value: str) -> bool:
+    return PLAUSIBLE_ID.fullmatch(value) is not None
+
+
+class TrackingThrottle(UserRateThrottle):
+    """One rate for every tracking endpoint, read from settings on each request."""
+
+    scope = "tracking"
+
+    def get_rate(self) -> str | None:
+        return tracking_settings.API_THROTTLE_RATE
+
+
+class TrackingPagination(PageNumberPagination):
+    page_size_query_param = "page_size"
+
+    def get_page_size(self, request: Any) -> int | None:
+        self.page_size = tracking_settings.API_PAGE_SIZE
+        self.max_page_size = tracking_settings.API_MAX_PAGE_SIZE
+        return super().get_page_size(request)
+
+
+STATUS_PARAMETER = OpenApiParameter(
+    "status",
+    OpenApiTypes.STR,
+    description="Only events in these statuses, comma-separated: " + ", ".join(EventStatus.values),
+)
+
+
+def parse_statuses(raw: str | None) -> list[str]:
+    """``?status=failed,error`` -> ["failed", "error"]; 400 for a status that does not exist."""
+    if not raw:
+        return []
+    wanted = [part.strip() for part in raw.split(",") if part.strip()]
+    unknown = [part for part in wanted if part not in EventStatus.values]
+    if unknown:
+        raise ValidationError({"status": f"unknown status {unknown[0]!r}; one of {', '.join(EventStatus.values)}"})
+    return wanted
+
+
+class OwnedTasks:
+    """The caller's tasks only; a lookup of anything else is a 404."""
+
+    request: Request
+
+    def owned_tasks(self) -> QuerySet[Task]:
+        return Task.objects.filter(owner_id=self.request.user.pk)
+
+
+@extend_schema(tags=["tracking"])
+class TaskViewSet(OwnedTasks, viewsets.ReadOnlyModelViewSet):
+    """The caller's tasks, newest first; one task's summary; its events."""
+
+    serializer_class = TaskSerializer
+    pagination_class = TrackingPagination
+    throttle_classes = [TrackingThrottle]
+    lookup_value_regex = "[^/]+"
+
+    def get_queryset(self) -> QuerySet[Task]:
+        return self.owned_tasks().order_by("-created_at", "-pk")
+
+    def get_object(self) -> Task:
+        task_id = self.kwargs["pk"]
+        if not plausible_id(task_id):
+            raise Http404
+        task = self.owned_tasks().filter(pk=task_id).first()
+        if task is None:
+            raise Http404
+        return task
+
+    @extend_schema(
+        responses={200: TaskSerializer, 304: OpenApiResponse(description="Not modified since the ETag given")},
+        parameters=[OpenApiParameter("If-None-Match", OpenApiTypes.STR, OpenApiParameter.HEADER)],
+    )
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        task = self.get_object()
+        headers = {"ETag": task.etag, "Cache-Control": "private, no-cache"}
+        candidates = {tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")}
+        if task.etag in candidates or "*" in candidates:
+            return Response(status=status.HTTP_304_NOT_MODIFIED, headers=headers)
+        return Response(self.get_serializer(task).data, headers=headers)
+
+    @extend_schema(parameters=[STATUS_PARAMETER], responses=EventSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        """The task's events, oldest first, optionally only some statuses."""
+        statuses = parse_statuses(request.query_params.get("status"))
+        task = self.get_object()
+        events = Event.objects.filter(task_id=task.pk).order_by("id")
+        if statuses:
+            events = events.filter(status__in=statuses)
+        page = self.paginate_queryset(events)
+        return self.get_paginated_response(EventSerializer(page, many=True).data)
+
+
+@extend_schema(tags=["tracking"])
+class EventViewSet(mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """One event by its job id, if its task is the caller's."""
+
+    serializer_class = EventSerializer
+    throttle_classes = [TrackingThrottle]
+    lookup_field = "job_id"
+    lookup_value_regex = "[^/]+"
+
+    def get_queryset(self) -> QuerySet[Event]:
+        return Event.objects.filter(task__owner_id=self.request.user.pk)
+
+    def get_object(self) -> Event:
+        job_id = self.kwargs["job_id"]
+        if not plausible_id(job_id):
+            raise Http404
+        event = self.get_queryset().filter(job_id=job_id).first()
+        if event is None:
+            raise Http404
+        return event
+
+
+@login_required
+def task_page(request: HttpRequest, task_id: str) -> HttpResponse:
+    """The progress page: HTML that polls the API; 404 unless the task is the caller's."""
+    if not plausible_id(task_id) or not Task.objects.filter(pk=task_id, owner_id=request.user.pk).exists():
+        raise Http404("No such task.")
+    context = {
+        "task_id": task_id,
+        "summary_url": reverse("tracking:task-detail", kwargs={"pk": task_id}),
+        "events_url": reverse("tracking:task-events", kwargs={"pk": task_id}),
+        "poll_interval_milliseconds": tracking_settings.PAGE_POLL_INTERVAL_MILLISECONDS,
+    }
+    return render(request, "tracking/task_progress.html", context)
