@@ -1,0 +1,105 @@
+"""``manage.py jobs``: every subcommand, as tables and as --json, against Sidekiq-format data."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from jobsapp import connection, keys
+from tests.jobsapp import sidekiq_data as data
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("jobs", *args, stdout=out)
+    return out.getvalue()
+
+
+def run_json(*args: str):
+    return json.loads(run("--json", *args))
+
+
+def test_stats_as_table_and_json(redis):
+    data.populate(redis)
+    table = run("stats")
+    lines = table.splitlines()
+    assert lines[0].split() == ["stat", "value"] and set(lines[1]) == {"-", " "}
+    assert any(line.split() == ["processed", "123456"] for line in lines)
+    assert any(line.split() == ["paused_queues", "imports"] for line in lines)
+    stats = run_json("stats")
+    assert (stats["enqueued"], stats["busy"], stats["dead"], stats["processes"]) == (31, 1, 1, 1)
+
+
+def test_queues_table_is_aligned(redis):
+    now = time.time()
+    data.enqueue(redis, data.job(queue="a-very-long-queue-name"), enqueued_at=now)
+    data.enqueue(redis, data.job(queue="q"), enqueued_at=now)
+    redis.sadd(keys.PAUSED, "q")
+    assert run("queues").splitlines() == [
+        "queue                   size  latency_s  state",
+        "----------------------  ----  ---------  ------",
+        "a-very-long-queue-name     1        0.0",
+        "q                          1        0.0  paused",
+    ]
+    queues = run_json("queues")
+    assert [queue["name"] for queue in json.loads(run("queues", "--json"))] == ["a-very-long-queue-name", "q"]
+    assert {key: queues[1][key] for key in ("name", "size", "paused")} == {"name": "q", "size": 1, "paused": True}
+
+
+def test_processes_lists_live_ones(redis):
+    identity = data.process(redis, busy=3, quiet=True)
+    assert identity in run("processes") and "quiet" in run("processes")
+    assert run_json("processes")[0]["busy"] == 3
+
+
+def test_retry_list_filter_retry_all_and_clear(redis):
+    now = time.time()
+    data.add_to_set(redis, keys.RETRY, data.failed(data.job("A", [{"password": "hunter2"}]), message="disk"), now + 5)
+    data.add_to_set(redis, keys.RETRY, data.failed(data.job("B"), message="net"), now + 6)
+    table = run("retry", "list")
+    assert "RuntimeError" in table and "hunter2" not in table and "[REDACTED]" in table
+    listed = run_json("retry", "list", "--class", "A")
+    assert listed["total"] == 1 and listed["jobs"][0]["args"] == [{"password": "[REDACTED]"}]
+    assert run_json("retry", "list", "--grep", "net")["jobs"][0]["class"] == "B"
+    assert run_json("retry", "retry-all", "--class", "B") == {"retried": 1}
+    assert redis.llen(keys.queue("default")) == 1
+    with pytest.raises(CommandError, match="--yes"):
+        run("retry", "clear")
+    assert "1 jobs deleted" in run("retry", "clear", "--yes")
+    assert redis.zcard(keys.RETRY) == 0
+
+
+def test_dead_and_schedule(redis):
+    now = time.time()
+    for index in range(3):
+        data.add_to_set(redis, keys.DEAD, data.failed(data.job(args=[index])), now - index)
+    data.add_to_set(redis, keys.SCHEDULE, data.job("Later", queue="reports"), now + 60)
+    assert "(2 of 3 shown; use --limit)" in run("dead", "list", "--limit", "2")
+    assert run_json("dead", "retry-all") == {"retried": 3}
+    assert run("dead") == "(none)\n"
+    scheduled = run_json("schedule")
+    assert scheduled["jobs"][0]["class"] == "Later" and scheduled["jobs"][0]["queue"] == "reports"
+
+
+def test_pause_resume_quiet_stop(redis):
+    run("pause", "mail")
+    assert redis.sismember(keys.PAUSED, "mail")
+    assert run_json("resume", "mail") == {"queue": "mail", "paused": False}
+    identity = data.process(redis)
+    run("quiet", identity)
+    run("stop", identity)
+    assert redis.lrange(keys.signals(identity), 0, -1) == [b"TERM", b"TSTP"]
+    with pytest.raises(CommandError, match="no live process"):
+        run("stop", "nobody:1:000000000000")
+
+
+def test_redis_down_is_a_command_error(settings):
+    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": "redis://127.0.0.1:1/0", "REDIS_SOCKET_TIMEOUT_SECONDS": 0.5}
+    connection.reset()
+    with pytest.raises(CommandError, match="Redis is unavailable"):
+        run("stats")
