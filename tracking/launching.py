@@ -179,3 +179,24 @@ def launch(
             recorder.queue_follow_up(task.pk, now=timestamp)
     task.refresh_from_db()
     return task
+
+
+def retry_errored(task: Task, *, by: str = "an operator") -> int:
+    """Push again, under the same jids, every job of ``task`` that ended in a final ``error``.
+
+    Each event goes back to ``enqueue`` (the task is no longer finished) in one transaction; the
+    jobs are pushed after it commits. Returns how many jobs were retried.
+    """
+    from . import recorder
+
+    by_class: dict[tuple[str, str], list[RecordedJob]] = {}
+    with transaction.atomic():
+        candidates = Event.objects.filter(task=task, status=recorder.ERROR, is_final=True).order_by("id")
+        for event in candidates.only("job_id", "job_class", "queue", "params"):
+            if recorder.record(event.job_id, recorder.REOPENED, message=f"retried by {by}"):
+                params = event.params or {}
+                job = (event.job_id, list(params.get("args") or []), params.get("kwargs") or None)
+                by_class.setdefault((event.job_class, event.queue), []).append(job)
+        for (wire_name, queue), jobs in by_class.items():
+            transaction.on_commit(partial(push_recorded, task.pk, wire_name, jobs, queue=queue))
+    return sum(len(jobs) for jobs in by_class.values())

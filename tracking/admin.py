@@ -1,0 +1,146 @@
+"""Admin for tasks and events: counts and a progress bar per task, a task's failed and errored
+jobs inline, and an action that retries a task's errored jobs through the engine's client."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+
+from jobsapp import RedisUnavailable
+
+from .launching import retry_errored
+from .models import Event, EventStatus, Task
+
+
+class TaskStatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("pending", "pending"), ("running", "running"), ("finished", "finished")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Task]) -> QuerySet[Task]:
+        value = self.value()
+        if value == "finished":
+            return queryset.filter(finished_at__isnull=False)
+        if value == "running":
+            return queryset.filter(finished_at__isnull=True, started_at__isnull=False)
+        if value == "pending":
+            return queryset.filter(finished_at__isnull=True, started_at__isnull=True)
+        return queryset
+
+
+def render_messages(event: Event) -> str:
+    return format_html(
+        "<ul style='margin:0;padding-left:1em'>{}</ul>",
+        format_html_join(
+            "",
+            "<li><small>{} · {}</small> {}</li>",
+            ((entry.get("at", ""), entry.get("status", ""), entry.get("message", "")) for entry in event.messages or []),
+        ),
+    )
+
+
+class ProblemEventInline(admin.TabularInline):
+    """The task's failed and errored events (the ones someone needs to look at)."""
+
+    model = Event
+    verbose_name = "failed or errored job"
+    verbose_name_plural = "failed and errored jobs"
+    fields = ["job_id", "status", "is_final", "attempts", "params", "message_list", "updated_at"]
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = True
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Event]:
+        return super().get_queryset(request).filter(status__in=[EventStatus.FAILED, EventStatus.ERROR])
+
+    @admin.display(description="messages")
+    def message_list(self, event: Event) -> str:
+        return render_messages(event)
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = [
+        "id", "name", "owner", "status_label", "progress_bar", "total",
+        "enqueue_count", "working_count", "finish_count", "failed_count", "error_count", "created_at",
+    ]  # fmt: skip
+    list_filter = [TaskStatusFilter, "owner", "created_at"]
+    search_fields = ["=id", "name"]
+    list_select_related = ["owner"]
+    date_hierarchy = "created_at"
+    readonly_fields = [
+        "id", "name", "owner", "status_label", "progress_bar", "total", "enqueue_count", "working_count",
+        "finish_count", "failed_count", "error_count", "settled_count", "then_class", "then_args", "then_queued",
+        "created_at", "updated_at", "started_at", "finished_at",
+    ]  # fmt: skip
+    exclude = ["revision"]
+    inlines = [ProblemEventInline]
+    actions = ["retry_errored_jobs"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="status")
+    def status_label(self, task: Task) -> str:
+        return str(task.status)
+
+    @admin.display(description="progress")
+    def progress_bar(self, task: Task) -> str:
+        percent = round(task.progress * 100, 1)
+        failed = task.failed_count + task.error_count
+        return format_html(
+            "<div title='{}% settled, {} failed or errored' style='width:8em;height:.9em;background:#eee;"
+            "border-radius:3px;overflow:hidden'><div style='width:{}%;height:100%;background:{}'></div></div>",
+            percent, failed, percent, "#d9822b" if failed else "#3a7bd5",
+        )  # fmt: skip
+
+    @admin.action(description="Retry the errored jobs of the selected tasks")
+    def retry_errored_jobs(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        retried = 0
+        try:
+            for task in queryset:
+                retried += retry_errored(task, by=str(request.user))
+        except RedisUnavailable as exc:
+            self.message_user(request, f"Redis is unavailable, jobs not retried: {exc}", messages.ERROR)
+            return
+        self.message_user(request, f"Retried {retried} errored job(s).", messages.SUCCESS)
+
+
+@admin.register(Event)
+class EventAdmin(admin.ModelAdmin):
+    list_display = ["job_id", "task", "job_class", "status", "is_final", "attempts", "last_message", "updated_at"]
+    list_filter = ["status", "is_final", ("task", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["=job_id", "=task__id"]
+    list_select_related = ["task"]
+    readonly_fields = [
+        "job_id", "task", "job_class", "queue", "status", "is_final", "params_json", "message_list", "attempts",
+        "created_at", "updated_at",
+    ]  # fmt: skip
+    exclude = ["params", "messages", "revision"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="last message")
+    def last_message(self, event: Event) -> str:
+        return event.messages[-1]["message"] if event.messages else ""
+
+    @admin.display(description="params")
+    def params_json(self, event: Event) -> str:
+        return format_html("<pre>{}</pre>", json.dumps(event.params, indent=2, ensure_ascii=False))
+
+    @admin.display(description="messages")
+    def message_list(self, event: Event) -> str:
+        return render_messages(event)
