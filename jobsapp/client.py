@@ -99,7 +99,7 @@ def push(item: Item, *, job_class: type[Job] | None = None) -> str | None:
         return None
     entry, final_item = prepared
     if interceptor is not None:
-        interceptor(job_class, final_item)
+        interceptor(job_class, final_item if entry.at is None else {**final_item, "at": entry.at})
         return entry.jid
     try:
         _write(connection, [entry])
@@ -146,7 +146,7 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None
         entry, final_item = prepared
         jids.append(entry.jid)
         ready.append(entry)
-        finals.append((job_class, final_item))
+        finals.append((job_class, final_item if entry.at is None else {**final_item, "at": entry.at}))
     if interceptor is not None:
         for final_class, final_item in finals:
             interceptor(final_class, final_item)

@@ -103,6 +103,8 @@ class Fetch(Protocol):
 
     def requeue(self, units: list[UnitOfWork]) -> int: ...
 
+    def interrupt(self) -> None: ...
+
 
 def _ack(
     client: redis.Redis, inflight_key: str, units: list[UnitOfWork], jids: list[str], processed: int, failed: int, today: dt.date
@@ -135,7 +137,26 @@ def _requeue(client: redis.Redis, inflight_key: str, units: list[UnitOfWork]) ->
     )
 
 
-class ReliableFetch:
+class _Interruptible:
+    """A blocked BLMOVE/BRPOP can be woken at quiet with CLIENT UNBLOCK (it returns as a timeout)."""
+
+    client: redis.Redis
+    blocking_client: redis.Redis
+    _blocking_id: int | None = None
+
+    def _remember_blocking_connection(self) -> None:
+        if self._blocking_id is None:
+            self._blocking_id = int(self.blocking_client.client_id())
+
+    def interrupt(self) -> None:
+        if self._blocking_id is not None:
+            try:
+                self.client.client_unblock(self._blocking_id)
+            except (redis.RedisError, OSError):  # nothing blocked, or Redis away: the block times out anyway
+                pass
+
+
+class ReliableFetch(_Interruptible):
     """Atomic moves into a per-process in-flight list; nothing is lost if the process dies."""
 
     name = "reliable"
@@ -178,6 +199,7 @@ class ReliableFetch:
         # BLMOVE waits on one list. With one queue that is exact; with several, block briefly on
         # the first in this round's order and let the next round's Lua fetch look at all of them.
         timeout = block_seconds if len(order) == 1 else min(block_seconds, self.multi_queue_block_seconds)
+        self._remember_blocking_connection()
         raw = self.blocking_client.blmove(keys.queue(ready[0]), self.inflight_key, timeout, "RIGHT", "LEFT")
         return [UnitOfWork(raw, ready[0])] if raw is not None else []
 
@@ -188,7 +210,7 @@ class ReliableFetch:
         return _requeue(self.client, self.inflight_key, units)
 
 
-class BasicFetch:
+class BasicFetch(_Interruptible):
     """Sidekiq's BRPOP fetch: a job lives only in memory while it runs (lost on SIGKILL)."""
 
     name = "basic"
@@ -208,6 +230,7 @@ class BasicFetch:
             return []
         if block_seconds <= 0:
             return []
+        self._remember_blocking_connection()
         popped = self.blocking_client.brpop([keys.queue(name) for name in ready], timeout=block_seconds)
         if popped is None:
             return []

@@ -149,6 +149,7 @@ class Manager:
             self._processors_done = True
             self._work_ready.notify_all()
             self._room.notify_all()
+        self.fetch.interrupt()
         self._requeue(unstarted, reason="quiet")
         logger.info("quiet: fetching stopped, %d buffered jobs put back", len(unstarted))
 

@@ -5,3 +5,12 @@ from project.settings import *  # noqa: F403
 from project.settings import INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
+
+# Worker subprocesses started by tests may get engine settings through the environment, as
+# JSON (e.g. short heartbeat and sweep intervals), so a test can wait seconds instead of minutes.
+import json as _json  # noqa: E402
+import os as _os  # noqa: E402
+
+from project.settings import JOBSAPP as _JOBSAPP  # noqa: E402
+
+JOBSAPP = {**_JOBSAPP, **_json.loads(_os.environ.get("JOBSAPP_TEST_OVERRIDES", "{}"))}

@@ -1,0 +1,51 @@
+"""The scheduler's atomic move (schedule_move.lua) and its timing, without a worker process."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from jobsapp import client
+from jobsapp.connection import get_redis
+from jobsapp.scheduler import Scheduler
+from tests.testapp.jobs import Noop
+
+
+def test_due_jobs_move_with_fresh_enqueued_at_and_the_rest_stay(redis):
+    # Given one due scheduled job, one due retry carrying an old enqueued_at, and one future job
+    past = time.time() - 5
+    client.push({"class": "A", "args": [{"enqueued_at": 1}], "at": time.time() + 0.2})
+    old = {"class": "B", "args": [], "queue": "retries", "jid": "b" * 24, "enqueued_at": 12.5, "retry_count": 0}
+    redis.zadd("retry", {json.dumps(old, separators=(",", ":")): past})
+    Noop.perform_in(3600)
+    time.sleep(0.25)
+    # When the scheduler runs once
+    moved, wait = Scheduler(client=get_redis(), poll_interval_seconds=1).enqueue_due()
+    # Then both due jobs are in their queues, stamped now, the nested key untouched
+    assert moved == 2
+    assert 3590 < wait <= 3600
+    retried = json.loads(redis.rpop("queue:retries"))
+    assert retried["enqueued_at"] > time.time() - 5 and retried["jid"] == "b" * 24
+    scheduled = json.loads(redis.rpop("queue:default"))
+    assert scheduled["args"] == [{"enqueued_at": 1}] and scheduled["enqueued_at"] > time.time() - 5
+    assert redis.smembers("queues") >= {b"retries", b"default"}
+    assert redis.zcard("schedule") == 1 and redis.zcard("retry") == 0
+
+
+def test_racing_schedulers_enqueue_each_job_exactly_once(redis):
+    # Given 3,000 due jobs in each set
+    now = time.time() - 1
+    redis.zadd("schedule", {json.dumps({"class": "S", "args": [i], "jid": f"{i:024x}", "queue": "q"}): now for i in range(3000)})
+    redis.zadd("retry", {json.dumps({"class": "R", "args": [i], "jid": f"{i:024x}", "queue": "q"}): now for i in range(3000)})
+    # When five schedulers race
+    schedulers = [Scheduler(client=get_redis(), poll_interval_seconds=1) for _ in range(5)]
+    threads = [threading.Thread(target=scheduler.enqueue_due) for scheduler in schedulers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Then every job is in the queue exactly once
+    jobs = [json.loads(raw) for raw in redis.lrange("queue:q", 0, -1)]
+    assert len(jobs) == 6000
+    assert len({(job["class"], job["args"][0]) for job in jobs}) == 6000
