@@ -184,7 +184,8 @@ def test_orphans_of_a_dead_process_are_swept(redis_server, redis, settings):
     raw = redis.rpop("queue:default")
     redis.lpush("jobsapp:inflight:otherhost:1:abcdefabcdef", raw)
     redis.sadd("jobsapp:inflight", "otherhost:1:abcdefabcdef")
-    with WorkerProcess(["-c", "1"], redis_url=redis_server.url, env={"JOBSAPP_TEST_OVERRIDES": '{"HEARTBEAT_INTERVAL_SECONDS": 0.3, "ORPHAN_SWEEP_INTERVAL_SECONDS": 0.5}'}):
+    fast = {"JOBSAPP_TEST_OVERRIDES": '{"HEARTBEAT_INTERVAL_SECONDS": 0.3, "ORPHAN_SWEEP_INTERVAL_SECONDS": 0.5}'}
+    with WorkerProcess(["-c", "1"], redis_url=redis_server.url, env=fast):
         wait_until(lambda: redis.llen(RAN_KEY) == 1, timeout_seconds=15, message="the orphan ran")
     assert ran(redis) == ["orphan"]
     assert not redis.sismember("jobsapp:inflight", "otherhost:1:abcdefabcdef")
