@@ -196,3 +196,27 @@ def test_ttin_and_bad_flags(redis_server, redis):
     with WorkerProcess(["-c", "1"], redis_url=redis_server.url) as worker:
         worker.signal(signal.SIGTTIN)
         wait_until(lambda: "jobsapp.heartbeat" in worker.output, message="thread dump logged")
+
+
+def test_sigkill_mid_drain_then_restart_runs_every_job(redis_server, redis):
+    # Given 3,000 jobs being drained by a worker
+    total = 3000
+    Record.perform_bulk([[index] for index in range(total)])
+    worker = WorkerProcess(["-c", "10"], redis_url=redis_server.url).start()
+    wait_until(lambda: redis.llen(RAN_KEY) >= 500, timeout_seconds=30, message="the drain is under way")
+    # When it is killed without warning, mid-drain, and started again
+    worker.kill()
+    killed_at = redis.llen(RAN_KEY)
+    assert killed_at < total, "the worker finished before it could be killed; use more jobs"
+    with WorkerProcess(["-c", "10"], redis_url=redis_server.url):
+        wait_until(
+            lambda: redis.llen("queue:default") == 0 and len(set(redis.lrange(RAN_KEY, 0, -1))) == total,
+            timeout_seconds=60,
+            message="every job ran after the restart",
+        )
+    # Then every job ran at least once, nothing is left anywhere, duplicates are few
+    runs = [int(value) for value in redis.lrange(RAN_KEY, 0, -1)]
+    assert set(runs) == set(range(total))
+    assert len(runs) - total <= 60  # at most one fetch batch plus one ack batch ran twice
+    assert redis.llen(f"jobsapp:inflight:{worker.identity}") == 0
+    assert redis.zcard("retry") == 0 and redis.zcard("dead") == 0
