@@ -21,6 +21,7 @@ from .access import staff_view
 HISTORY_DAYS = (7, 30, 90, 180)
 PER_PAGE_CHOICES = (25, 50, 100)
 POLL_INTERVAL_SECONDS = 5
+POLL_CHOICES = (1, 2, 5, 10, 30)
 FILTER_MAX_CHARS = 200
 
 SET_PAGES: dict[str, dict[str, Any]] = {
@@ -85,7 +86,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             "history_series": series,
             "initial_stats": stats_payload(stats),
             "redis_info": api.redis_info(),
-            "poll_interval_seconds": POLL_INTERVAL_SECONDS,
+            "poll_interval_seconds": _choice(request.GET.get("poll"), POLL_CHOICES, POLL_INTERVAL_SECONDS),
         },
     )
 

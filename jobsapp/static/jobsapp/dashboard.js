@@ -13,7 +13,18 @@
   }
 
   function formatNumber(value) {
+    if (value % 1 !== 0 && value < 10) { return value.toFixed(1); }
     return Math.round(value).toString().replace(/\B(?=(\d{3})+(?!\d))/g, "\u2009");
+  }
+
+  /* The smallest 1, 2 or 5 times a power of ten that is >= value: round axis labels. */
+  function niceCeiling(value) {
+    var power = Math.pow(10, Math.floor(Math.log10(value)));
+    var steps = [1, 2, 5, 10];
+    for (var index = 0; index < steps.length; index += 1) {
+      if (steps[index] * power >= value) { return steps[index] * power; }
+    }
+    return 10 * power;
   }
 
   /* A line chart of several series over shared labels, scaled to the container's width. */
@@ -22,8 +33,9 @@
     var width = Math.max(container.clientWidth || 600, 300), height = 180;
     var left = 48, right = 8, top = 8, bottom = 22;
     var root = svg("svg", { viewBox: "0 0 " + width + " " + height, width: "100%", height: height, "class": "chart-svg" }, container);
-    var max = 1;
+    var max = 0;
     series.forEach(function (one) { one.values.forEach(function (value) { if (value > max) { max = value; } }); });
+    max = niceCeiling(Math.max(max, 4));
     var plotWidth = width - left - right, plotHeight = height - top - bottom;
     var step = labels.length > 1 ? plotWidth / (labels.length - 1) : plotWidth;
     function x(index) { return left + index * step; }
@@ -35,8 +47,10 @@
     });
     var every = Math.max(Math.ceil(labels.length / 8), 1);
     labels.forEach(function (label, index) {
-      if (index % every === 0 || index === labels.length - 1) {
-        svg("text", { x: x(index), y: height - 6, "text-anchor": "middle", "class": "axis" }, root).textContent = label;
+      var last = index === labels.length - 1;
+      if (last || (index % every === 0 && labels.length - 1 - index >= every / 2)) {
+        var anchor = last && index > 0 ? "end" : (index === 0 ? "start" : "middle");
+        svg("text", { x: x(index), y: height - 6, "text-anchor": anchor, "class": "axis" }, root).textContent = label;
       }
     });
     series.forEach(function (one) {
