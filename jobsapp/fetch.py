@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -32,6 +33,9 @@ from .scripts import script
 
 #: Daily stats counters live five years, as Sidekiq's.
 DAILY_STATS_TTL_SECONDS = 5 * 365 * 24 * 3600
+
+#: How long a fetcher idles when every queue it serves is paused.
+PAUSED_IDLE_SECONDS = 0.1
 
 
 @dataclass(slots=True)
@@ -142,13 +146,19 @@ class _Interruptible:
 
     client: redis.Redis
     blocking_client: redis.Redis
-    _blocking_id: int | None = None
+    _blocking_id: int | None
+    _interrupted: threading.Event
 
     def _remember_blocking_connection(self) -> None:
         if self._blocking_id is None:
             self._blocking_id = int(self.blocking_client.client_id())
 
+    def _idle(self, seconds: float) -> None:
+        self._interrupted.clear()
+        self._interrupted.wait(seconds)
+
     def interrupt(self) -> None:
+        self._interrupted.set()
         if self._blocking_id is not None:
             try:
                 self.client.client_unblock(self._blocking_id)
@@ -178,6 +188,8 @@ class ReliableFetch(_Interruptible):
         self.rng = rng
         self.inflight_key = keys.inflight(identity)
         self.multi_queue_block_seconds = multi_queue_block_seconds
+        self._blocking_id = None
+        self._interrupted = threading.Event()
         self._fetch = script("fetch")
 
     def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]:
@@ -194,7 +206,8 @@ class ReliableFetch(_Interruptible):
             return []
         paused_positions = {int(position) for position in paused}
         ready = [name for position, name in enumerate(order, start=1) if position not in paused_positions]
-        if not ready:
+        if not ready:  # every queue is paused: idle briefly instead of spinning on Redis
+            self._idle(min(block_seconds, PAUSED_IDLE_SECONDS))
             return []
         # BLMOVE waits on one list. With one queue that is exact; with several, block briefly on
         # the first in this round's order and let the next round's Lua fetch look at all of them.
@@ -221,12 +234,15 @@ class BasicFetch(_Interruptible):
         self.client = client
         self.blocking_client = blocking_client
         self.rng = rng
+        self._blocking_id = None
+        self._interrupted = threading.Event()
 
     def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]:
         order = self.queues.order(self.rng)
         paused = {name.decode() for name in self.client.smembers(keys.PAUSED)}
         ready = [name for name in order if name not in paused]
-        if not ready:
+        if not ready:  # every queue is paused: idle briefly instead of spinning on Redis
+            self._idle(min(block_seconds, PAUSED_IDLE_SECONDS))
             return []
         if block_seconds <= 0:
             return []
