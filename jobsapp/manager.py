@@ -32,6 +32,7 @@ from typing import Any
 
 import redis
 
+from . import faults
 from .backoff import Backoff
 from .connection import CONNECTION_ERRORS
 from .fetch import Fetch, UnitOfWork
@@ -206,6 +207,8 @@ class Manager:
                 backoff.reset()
             if not units:
                 continue
+            if faults.POINT:
+                faults.reach("after_fetch")
             with self._lock:
                 if not self._quiet.is_set():
                     self._buffer.extend(units)

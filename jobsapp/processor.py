@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections
 
-from . import registry
+from . import faults, registry
 from .errors import MalformedPayload, NoRetryError, UnknownJobClass
 from .middleware import notify, run_server_chain
 from .payload import decode, new_jid, now
@@ -102,7 +102,10 @@ class Processor:
         logger.info("class=%s jid=%s queue=%s start", class_name, jid, unit.queue)
         close_old_connections()
         try:
-            run_server_chain(job, item, unit.queue, lambda: job.perform(*args, **kwargs))
+            call_perform = lambda: job.perform(*args, **kwargs)  # noqa: E731
+            if faults.POINT:
+                call_perform = faults.wrap("in_perform", call_perform)
+            run_server_chain(job, item, unit.queue, call_perform)
         except NoRetryError as exc:
             # acked and counted failed; no retry, no dead set (the job said so)
             elapsed = time.monotonic() - started
@@ -127,6 +130,8 @@ class Processor:
             return Result(jid, outcome.kind == "discarded", True, class_name, elapsed)
         finally:
             close_old_connections()
+        if faults.POINT:
+            faults.reach("after_perform_before_ack")
         elapsed = time.monotonic() - started
         logger.info("class=%s jid=%s queue=%s elapsed_ms=%.1f done", class_name, jid, unit.queue, elapsed * 1000)
         return Result(jid, True, False, class_name, elapsed)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import import_string
 
-from . import keys
+from . import faults, keys
 from .backoff import call_with_retry
 from .conf import jobs_settings
 from .middleware import notify
@@ -222,8 +222,12 @@ class RetryPolicy:
                     else default_delay_seconds(count, self.rng)
                 )
                 run_at = timestamp + seconds
+                if faults.POINT:
+                    faults.reach("during_retry_write")
                 if not self._file(unit, keys.RETRY, run_at, failed, timestamp):
                     return Outcome("lost", "no longer in flight")
+                if faults.POINT:
+                    faults.reach("after_retry_write")
                 notify("on_retry", job_class, failed, exception, retry_count=count, retry_limit=limit, run_at=run_at)
                 return Outcome("retry", run_at=run_at)
             reason = "killed"

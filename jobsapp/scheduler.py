@@ -20,7 +20,7 @@ import threading
 
 import redis
 
-from . import keys
+from . import faults, keys
 from .backoff import Backoff
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS
@@ -60,6 +60,8 @@ class Scheduler:
                     self.client, [set_key, keys.QUEUES], [MOVE_BATCH, "queue:", jobs_settings.DEFAULT_QUEUE]
                 )
                 moved += int(count)
+                if faults.POINT and int(count):
+                    faults.reach("during_scheduler_move")
                 if int(count) < MOVE_BATCH:
                     break
             if next_score:
