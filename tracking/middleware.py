@@ -47,6 +47,7 @@ DEAD_REASONS = {
     "unknown_class": "not run: unknown job class",
     "poison": "not run again: it kept crashing its worker",
     "malformed": "not run: malformed payload",
+    "discarded": "discarded by the job's retry policy",
 }
 
 
