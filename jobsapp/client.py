@@ -16,14 +16,16 @@ exception says how many were written).
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import keys, registry
+from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, get_redis, unavailable
-from .middleware import run_client_chain
-from .payload import check_json_native, encode, normalize_item, now
+from .middleware import client_chain, run_client_chain
+from .payload import JSON_ENCODER, check_json_native, encode, normalize_item, now
 
 if TYPE_CHECKING:
     import redis
@@ -130,6 +132,9 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None
     jids: list[str | None] = []
     ready: list[_Prepared] = []
     finals: list[tuple[type[Job] | None, Item]] = []
+    if interceptor is None and len(client_chain()) == 0:
+        ready = _prepare_plain_bulk(template, args_list, at, timestamp)
+        return _write_bulk(connection, ready, batch_size)
     for index, args in enumerate(args_list):
         job_item = dict(template)
         job_item["args"] = args
@@ -151,6 +156,41 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None
         for final_class, final_item in finals:
             interceptor(final_class, final_item)
         return jids
+    _write_bulk(connection, ready, batch_size)
+    return jids
+
+
+def _prepare_plain_bulk(template: Item, args_list: list[list[Any]], at: Any, timestamp: float) -> list[_Prepared]:
+    """The bulk path when no client middleware can change items: the options are normalized and
+    validated once, and each job only gets its args checked, a jid and its encoding."""
+    base = normalize_item({**template, "args": []}, timestamp=timestamp)
+    jid_hex = os.urandom(12 * len(args_list)).hex()
+    limit = jobs_settings.MAX_PAYLOAD_BYTES
+    prepared: list[_Prepared] = []
+    for index, args in enumerate(args_list):
+        try:
+            check_json_native(args, "args")
+        except TypeError as exc:
+            raise TypeError(f"job {index} of the bulk push: {exc}") from None
+        job_at = at[index] if isinstance(at, list) else at
+        if job_at is not None and (isinstance(job_at, bool) or not isinstance(job_at, (int, float))):
+            raise TypeError(f'job {index} of the bulk push: "at" must be epoch seconds, not {job_at!r}')
+        job = dict(base)
+        job["args"] = args
+        jid = job["jid"] = jid_hex[index * 24 : index * 24 + 24]
+        if job_at is not None and float(job_at) > timestamp:
+            scheduled_at: float | None = float(job_at)
+        else:
+            job["enqueued_at"] = timestamp
+            scheduled_at = None
+        data = JSON_ENCODER.encode(job).encode("utf-8")
+        if limit and len(data) > limit:
+            encode(job)  # raises PayloadTooLarge with the full message
+        prepared.append(_Prepared(jid, job["queue"], scheduled_at, data))
+    return prepared
+
+
+def _write_bulk(connection: redis.Redis, ready: list[_Prepared], batch_size: int) -> list[str | None]:
     written = 0
     try:
         for start in range(0, len(ready), batch_size):
@@ -161,4 +201,4 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None
         error = unavailable(exc)
         error.args = (f"{error.args[0]} ({written} of {len(ready)} jobs were written before the failure)",)
         raise error from exc
-    return jids
+    return [entry.jid for entry in ready]

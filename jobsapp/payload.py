@@ -23,7 +23,7 @@ Item = dict[str, Any]
 #: Options a job or a raw item may carry, and their defaults, as Sidekiq names them.
 ITEM_DEFAULTS: dict[str, Any] = {"retry": True, "queue": "default"}
 
-_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def new_jid() -> str:
@@ -109,7 +109,7 @@ def normalize_item(item: Item, *, timestamp: float | None = None) -> Item:
 
 def encode(item: Item) -> bytes:
     """Compact UTF-8 JSON; PayloadTooLarge past ``MAX_PAYLOAD_BYTES``."""
-    data = _encoder.encode(item).encode("utf-8")
+    data = JSON_ENCODER.encode(item).encode("utf-8")
     limit = jobs_settings.MAX_PAYLOAD_BYTES
     if limit and len(data) > limit:
         raise PayloadTooLarge(

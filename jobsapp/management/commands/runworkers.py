@@ -15,6 +15,9 @@ from jobsapp.launcher import WorkerOptions, run
 
 class Command(BaseCommand):
     help = "Run background job workers (Sidekiq-compatible) until TERM/INT."
+    # The full system checks import every URLconf, view and serializer (~20 MB per worker
+    # process that a worker never uses); the engine's own checks run in handle() instead.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -34,6 +37,7 @@ class Command(BaseCommand):
         parser.add_argument("--fetch", choices=["reliable", "basic"], help="fetch strategy (default reliable)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        self.check(tags=["jobsapp"])
         worker_options = WorkerOptions(
             queues=options["queues"] or list(jobs_settings.QUEUES),
             concurrency=options["concurrency"] or int(jobs_settings.CONCURRENCY),
