@@ -30,6 +30,12 @@ def _tracking_middleware(_engine_on_test_redis: None, settings) -> Iterator[None
 
     settings.JOBSAPP = {**settings.JOBSAPP, "CLIENT_MIDDLEWARE": [CLIENT], "SERVER_MIDDLEWARE": [SERVER]}
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test users
+    # API throttle counters in process memory, fresh per test (the project's cache is a Redis
+    # that the test run did not start).
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    from django.core.cache import cache
+
+    cache.clear()
     middleware.reset_chains()
     yield
     middleware.reset_chains()

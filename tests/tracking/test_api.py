@@ -14,15 +14,6 @@ from tracking.models import Event, Task
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _local_cache(settings):
-    """Throttle counters in process memory, fresh per test."""
-    from django.core.cache import cache
-
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    cache.clear()
-
-
 @pytest.fixture
 def ann(django_user_model):
     return django_user_model.objects.create_user("ann", password="pw-ann-123")

@@ -1,0 +1,111 @@
+"""The progress page in a real headless Chromium (Debian's, driven by Playwright's Python package):
+it polls the API, shows the bar, the counts and the failed and errored jobs with their messages,
+updates live while jobs settle, and stops polling once the task is finished."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+import pytest
+
+from tests.tracking.jobs import Succeeds
+from tracking import recorder
+from tracking.models import Event, Task
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def browser(monkeypatch) -> Iterator[object]:
+    if not shutil.which(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install -r requirements-dev.txt)")
+    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
+    # plain synchronous code, which Django would otherwise refuse next to a running loop.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_api.sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield instance
+        finally:
+            instance.close()
+
+
+def test_page_follows_a_task_live_and_stops_when_it_finishes(browser, live_server, client, django_user_model, settings):
+    settings.TRACKING = {"PAGE_POLL_INTERVAL_MILLISECONDS": 150}
+    # Given a task of 4 jobs, one already failed for a business reason
+    owner = django_user_model.objects.create_user("ann")
+    task = Task.objects.launch(Succeeds, [[index] for index in range(4)], owner=owner, name="Sign 4 products up")
+    jobs = list(Event.objects.filter(task=task).order_by("id").values_list("job_id", flat=True))
+    recorder.record(jobs[0], recorder.FAILED_ON_PURPOSE, message="SKU-0002: seller not qualified")
+    client.force_login(owner)
+    context = browser.new_context()
+    context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "domain": urlparse(live_server.url).hostname,
+          "path": "/"}]
+    )  # fmt: skip
+    page = context.new_page()
+    summary_statuses: list[int] = []
+    page.on(
+        "response", lambda response: summary_statuses.append(response.status) if "/api/tasks/" in response.url
+        and "/events/" not in response.url else None,
+    )  # fmt: skip
+    # When the owner opens the page
+    page.goto(f"{live_server.url}/tasks/{task.pk}/")
+    # Then it shows the counts, the bar and the failed job with its reason
+    page.wait_for_function("document.getElementById('count-failed').textContent === '1'")
+    assert page.text_content("#task-name") == "Sign 4 products up"
+    assert page.text_content("#count-enqueue") == "3"
+    assert "SKU-0002: seller not qualified" in page.text_content("#problems")
+    assert page.get_attribute("#progress-bar", "aria-valuenow") == "25"
+    # And while nothing changes it polls with If-None-Match and gets 304s
+    page.wait_for_timeout(600)
+    assert 304 in summary_statuses
+    # When jobs run, one crashes for good, and the rest finish
+    recorder.record(jobs[1], recorder.START)
+    page.wait_for_function("document.getElementById('count-working').textContent === '1'")
+    assert page.text_content("#task-status") == "running"
+    recorder.record(jobs[1], recorder.FINISHED)
+    recorder.record(jobs[2], recorder.CRASHED, message="KeyError: 'price'")
+    recorder.record(jobs[2], recorder.DEAD, message="retries exhausted")
+    recorder.record(jobs[3], recorder.FINISHED)
+    # Then the page shows the finished task and both problem jobs, and stops polling
+    page.wait_for_function("document.getElementById('task-progress').dataset.polling === 'stopped'", timeout=10_000)
+    assert page.text_content("#task-status") == "finished"
+    assert page.get_attribute("#progress-bar", "aria-valuenow") == "100"
+    assert page.text_content("#count-finish") == "2" and page.text_content("#count-error") == "1"
+    problems = page.text_content("#problems")
+    assert "KeyError: 'price'" in problems and "retries exhausted" in problems and "seller not qualified" in problems
+    requests_when_finished = len(summary_statuses)
+    time.sleep(1.0)
+    assert len(summary_statuses) == requests_when_finished
+    context.close()
+
+
+def test_page_of_someone_elses_task_is_404(browser, live_server, client, django_user_model):
+    owner = django_user_model.objects.create_user("ann")
+    intruder = django_user_model.objects.create_user("eve")
+    task = Task.objects.launch(Succeeds, [[1]], owner=owner)
+    client.force_login(intruder)
+    context = browser.new_context()
+    context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "domain": urlparse(live_server.url).hostname,
+          "path": "/"}]
+    )  # fmt: skip
+    response = context.new_page().goto(f"{live_server.url}/tasks/{task.pk}/")
+    assert response.status == 404
+    context.close()
