@@ -133,24 +133,26 @@ def main() -> None:
         results.append(("worker RSS after the drain", ", ".join(f"{value / 1024:.1f} MB" for value in sorted(rss_values))))
         print(*results[-2:], sep="\n")
 
-        # --- latency at a steady 200 jobs/s -------------------------------------------------
-        client.delete("bench:latency")
-        with Workers(server.url, ["-P", "2", "-c", "10", "-q", "latency", "--fetch", options.fetch], 2):
-            total = int(200 * options.seconds)
-            started = time.perf_counter()
-            for index in range(total):
-                target = started + index / 200
-                delay = target - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                LatencyProbe.perform_async()
-            deadline = time.monotonic() + 10
-            while client.llen("bench:latency") < total and time.monotonic() < deadline:
-                time.sleep(0.05)
-        samples = [float(value) * 1000 for value in client.lrange("bench:latency", 0, -1)]
-        results.append(("latency enqueue->start at 200 jobs/s",
-                        f"p50 {percentile(samples, 0.5):.2f} ms, p99 {percentile(samples, 0.99):.2f} ms ({len(samples)} jobs)"))
-        print(results[-1])
+        # --- latency at a steady 200 jobs/s, on one queue and with two more idle queues ------
+        for queues in (["latency"], ["critical", "latency", "low"]):
+            client.delete("bench:latency")
+            queue_flags = [flag for name in queues for flag in ("-q", name)]
+            with Workers(server.url, ["-P", "2", "-c", "10", *queue_flags, "--fetch", options.fetch], 2):
+                total = int(200 * options.seconds)
+                started = time.perf_counter()
+                for index in range(total):
+                    target = started + index / 200
+                    delay = target - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)
+                    LatencyProbe.perform_async()
+                deadline = time.monotonic() + 10
+                while client.llen("bench:latency") < total and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            samples = [float(value) * 1000 for value in client.lrange("bench:latency", 0, -1)]
+            results.append((f"latency enqueue->start at 200 jobs/s, {len(queues)} queue(s)",
+                            f"p50 {percentile(samples, 0.5):.2f} ms, p99 {percentile(samples, 0.99):.2f} ms ({len(samples)} jobs)"))
+            print(results[-1])
 
         # --- scheduled lateness ---------------------------------------------------------------
         import random

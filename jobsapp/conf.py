@@ -31,8 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "LABELS": [],
     "FETCH": "reliable",  # "reliable" (in-flight list per process) or "basic" (Sidekiq's BRPOP)
     "FETCH_BATCH_SIZE": 20,  # jobs taken from Redis in one round trip when queues are busy
-    "FETCH_BLOCK_SECONDS": 2.0,  # how long an idle fetch blocks on a single queue
-    "FETCH_MULTI_QUEUE_BLOCK_SECONDS": 0.1,  # idle block on the head queue when there are several
+    "FETCH_BLOCK_SECONDS": 2.0,  # how long an idle fetch blocks (BLMOVE) before looking again
     "SERVER_MIDDLEWARE": [],  # dotted paths of jobsapp.middleware.ServerMiddleware subclasses
     "HEARTBEAT_INTERVAL_SECONDS": 5.0,
     "PROCESS_TTL_SECONDS": 60,

@@ -21,8 +21,11 @@ Queue order follows Sidekiq's CLI: ``-q a -q b`` is strict (always a before b); 
 from __future__ import annotations
 
 import datetime as dt
+import queue
 import random
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -109,6 +112,8 @@ class Fetch(Protocol):
 
     def interrupt(self) -> None: ...
 
+    def collect_pending(self) -> list[UnitOfWork]: ...
+
 
 def _ack(
     client: redis.Redis, inflight_key: str, units: list[UnitOfWork], jids: list[str], processed: int, failed: int, today: dt.date
@@ -166,6 +171,104 @@ class _Interruptible:
                 pass
 
 
+class QueueWaiters:
+    """Idle waiting on several queues at once, without giving up reliable fetch.
+
+    One thread (``jobsapp.waiter-<queue>``) and one connection per queue; each wait asks every
+    waiter for one ``BLMOVE <queue> <in-flight> RIGHT LEFT <timeout>``. The first job to arrive
+    wakes the fetcher, which unblocks the other waiters (``CLIENT UNBLOCK``): any job they had
+    already moved is in flight (safe) and handed over by the next ``collect()``.
+    """
+
+    def __init__(self, inflight_key: str, *, client: redis.Redis, make_blocking_client: Callable[[], redis.Redis]) -> None:
+        self.inflight_key = inflight_key
+        self.client = client
+        self.make_blocking_client = make_blocking_client
+        self._results: queue.SimpleQueue[tuple[str, bytes | None]] = queue.SimpleQueue()
+        self._requests: dict[str, queue.SimpleQueue[float | None]] = {}
+        self._connection_ids: dict[str, int] = {}
+        self._busy: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _waiter(self, name: str) -> queue.SimpleQueue[float | None]:
+        requests = self._requests.get(name)
+        if requests is None:
+            requests = self._requests[name] = queue.SimpleQueue()
+            ready = threading.Event()
+            threading.Thread(target=self._run, args=(name, requests, ready), name=f"jobsapp.waiter-{name}", daemon=True).start()
+            ready.wait(5.0)
+        return requests
+
+    def _run(self, name: str, requests: queue.SimpleQueue[float | None], ready: threading.Event) -> None:
+        connection = self.make_blocking_client()
+        try:
+            self._connection_ids[name] = int(connection.client_id())
+        except (redis.RedisError, OSError):  # Redis away: the BLMOVE below fails and reports it
+            pass
+        ready.set()
+        while True:
+            timeout = requests.get()
+            if timeout is None:
+                return
+            raw: bytes | None = None
+            try:
+                raw = connection.blmove(keys.queue(name), self.inflight_key, timeout, "RIGHT", "LEFT")
+                if name not in self._connection_ids:
+                    self._connection_ids[name] = int(connection.client_id())
+            except (redis.RedisError, OSError):  # reported as "nothing"; the fetcher's next Lua fetch sees the outage
+                time.sleep(min(timeout, 0.5))
+            with self._lock:
+                self._busy.discard(name)
+            self._results.put((name, raw))
+
+    def collect(self) -> list[UnitOfWork]:
+        units: list[UnitOfWork] = []
+        while True:
+            try:
+                name, raw = self._results.get_nowait()
+            except queue.Empty:
+                return units
+            if raw is not None:
+                units.append(UnitOfWork(raw, name))
+
+    def wait(self, names: list[str], timeout_seconds: float) -> list[UnitOfWork]:
+        asked = []
+        for name in names:
+            with self._lock:
+                if name in self._busy:
+                    continue
+                self._busy.add(name)
+            self._waiter(name).put(timeout_seconds)
+            asked.append(name)
+        units: list[UnitOfWork] = []
+        deadline = time.monotonic() + timeout_seconds + 1.0
+        while not units and time.monotonic() < deadline:
+            try:
+                name, raw = self._results.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if raw is not None:
+                units.append(UnitOfWork(raw, name))
+            elif not self._busy:
+                break
+        if units:
+            self.interrupt()
+            units.extend(self.collect())
+        return units
+
+    def interrupt(self) -> None:
+        with self._lock:
+            busy = list(self._busy)
+        for name in busy:
+            connection_id = self._connection_ids.get(name)
+            if connection_id is None:
+                continue
+            try:
+                self.client.client_unblock(connection_id)
+            except (redis.RedisError, OSError):  # it times out on its own
+                pass
+
+
 class ReliableFetch(_Interruptible):
     """Atomic moves into a per-process in-flight list; nothing is lost if the process dies."""
 
@@ -179,7 +282,7 @@ class ReliableFetch(_Interruptible):
         client: redis.Redis,
         blocking_client: redis.Redis,
         rng: random.Random,
-        multi_queue_block_seconds: float,
+        make_blocking_client: Callable[[], redis.Redis],
     ) -> None:
         self.identity = identity
         self.queues = queues
@@ -187,13 +290,20 @@ class ReliableFetch(_Interruptible):
         self.blocking_client = blocking_client
         self.rng = rng
         self.inflight_key = keys.inflight(identity)
-        self.multi_queue_block_seconds = multi_queue_block_seconds
         self._blocking_id = None
         self._interrupted = threading.Event()
         self._fetch = script("fetch")
+        self._waiters = QueueWaiters(self.inflight_key, client=client, make_blocking_client=make_blocking_client)
+
+    def interrupt(self) -> None:
+        super().interrupt()
+        self._waiters.interrupt()
 
     def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]:
         """Up to ``count`` jobs; when none is ready, block up to ``block_seconds`` for one."""
+        pending = self._waiters.collect()
+        if pending:
+            return pending
         order = self.queues.order(self.rng)
         taken, paused = self._fetch(
             self.client,
@@ -209,12 +319,17 @@ class ReliableFetch(_Interruptible):
         if not ready:  # every queue is paused: idle briefly instead of spinning on Redis
             self._idle(min(block_seconds, PAUSED_IDLE_SECONDS))
             return []
-        # BLMOVE waits on one list. With one queue that is exact; with several, block briefly on
-        # the first in this round's order and let the next round's Lua fetch look at all of them.
-        timeout = block_seconds if len(order) == 1 else min(block_seconds, self.multi_queue_block_seconds)
-        self._remember_blocking_connection()
-        raw = self.blocking_client.blmove(keys.queue(ready[0]), self.inflight_key, timeout, "RIGHT", "LEFT")
-        return [UnitOfWork(raw, ready[0])] if raw is not None else []
+        if len(ready) == 1:
+            self._remember_blocking_connection()
+            raw = self.blocking_client.blmove(keys.queue(ready[0]), self.inflight_key, block_seconds, "RIGHT", "LEFT")
+            return [UnitOfWork(raw, ready[0])] if raw is not None else []
+        # BLMOVE waits on one list: with several queues, one waiter per queue blocks at once,
+        # so a push to any of them wakes the fetcher within a millisecond.
+        return self._waiters.wait(ready, block_seconds)
+
+    def collect_pending(self) -> list[UnitOfWork]:
+        """Jobs the queue waiters moved in flight but did not hand over yet."""
+        return self._waiters.collect()
 
     def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date) -> int:
         return _ack(self.client, self.inflight_key, units, jids, processed, failed, today)
@@ -255,6 +370,9 @@ class BasicFetch(_Interruptible):
 
     def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date) -> int:
         return _ack(self.client, "", [], [], processed, failed, today)
+
+    def collect_pending(self) -> list[UnitOfWork]:
+        return []
 
     def requeue(self, units: list[UnitOfWork]) -> int:
         return _requeue(self.client, "", units)

@@ -183,7 +183,7 @@ class WorkerProcess:
                 client=client,
                 blocking_client=blocking_client,
                 rng=self.rng,
-                multi_queue_block_seconds=float(jobs_settings.FETCH_MULTI_QUEUE_BLOCK_SECONDS),
+                make_blocking_client=lambda: connection.new_redis(blocking_timeout_seconds=float(jobs_settings.FETCH_BLOCK_SECONDS)),
             )
         else:
             fetch = BasicFetch(options.queue_order, client=client, blocking_client=blocking_client, rng=self.rng)

@@ -151,6 +151,7 @@ class Manager:
             self._work_ready.notify_all()
             self._room.notify_all()
         self.fetch.interrupt()
+        unstarted.extend(self.fetch.collect_pending())
         self._requeue(unstarted, reason="quiet")
         logger.info("quiet: fetching stopped, %d buffered jobs put back", len(unstarted))
 
@@ -167,6 +168,7 @@ class Manager:
         self._stop_acker()
         if self._fetcher is not None:
             self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.block_seconds + 1)))
+        self._requeue(self.fetch.collect_pending(), reason="quiet")
         if unfinished:
             logger.warning("shutdown: %d jobs still running at the deadline are put back on their queues", len(unfinished))
             self._requeue(unfinished, reason="shutdown")

@@ -220,3 +220,13 @@ def test_sigkill_mid_drain_then_restart_runs_every_job(redis_server, redis):
     assert len(runs) - total <= 60  # at most one fetch batch plus one ack batch ran twice
     assert redis.llen(f"jobsapp:inflight:{worker.identity}") == 0
     assert redis.zcard("retry") == 0 and redis.zcard("dead") == 0
+
+
+def test_idle_worker_on_several_queues_wakes_for_any_of_them(redis_server, redis):
+    with WorkerProcess(["-q", "a", "-q", "b", "-q", "c", "-c", "2"], redis_url=redis_server.url):
+        time.sleep(0.5)  # idle: every queue's waiter is blocked
+        for index, queue in enumerate(["c", "b", "a", "c"]):
+            Record.set(queue=queue).perform_async(f"{queue}{index}")
+            wait_until(lambda index=index: redis.llen(RAN_KEY) == index + 1, timeout_seconds=5)
+    assert sorted(ran(redis)) == ["a2", "b1", "c0", "c3"]
+    assert all(redis.llen(f"queue:{name}") == 0 for name in "abc")
