@@ -160,12 +160,34 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None
     return jids
 
 
+_ARGS_MARK = "\x00jobsapp:args\x00"
+_JID_MARK = "\x00jobsapp:jid\x00"
+
+
+def _splice_template(job: Item) -> tuple[str, str, str, bool] | None:
+    """Encode ``job`` once with markers for args and jid; returns the three literal pieces around
+    them and whether args comes first, or None if the markers cannot be placed unambiguously."""
+    encoded = JSON_ENCODER.encode({**job, "args": _ARGS_MARK, "jid": _JID_MARK})
+    args_mark, jid_mark = JSON_ENCODER.encode(_ARGS_MARK), JSON_ENCODER.encode(_JID_MARK)
+    if encoded.count(args_mark) != 1 or encoded.count(jid_mark) != 1:
+        return None
+    args_first = encoded.index(args_mark) < encoded.index(jid_mark)
+    first, second = (args_mark, jid_mark) if args_first else (jid_mark, args_mark)
+    head, rest = encoded.split(first)
+    middle, tail = rest.split(second)
+    return head, middle, tail, args_first
+
+
 def _prepare_plain_bulk(template: Item, args_list: list[list[Any]], at: Any, timestamp: float) -> list[_Prepared]:
-    """The bulk path when no client middleware can change items: the options are normalized and
-    validated once, and each job only gets its args checked, a jid and its encoding."""
-    base = normalize_item({**template, "args": []}, timestamp=timestamp)
+    """The bulk path when no client middleware can change items: the options are normalized,
+    validated and encoded once; each job only gets its args checked and encoded and a jid."""
+    ordered = {"class": template.get("class"), "args": [], **{key: value for key, value in template.items() if key != "class"}}
+    base = normalize_item(ordered, timestamp=timestamp)
+    immediate = _splice_template({**base, "enqueued_at": timestamp})
+    scheduled = _splice_template(base)
     jid_hex = os.urandom(12 * len(args_list)).hex()
     limit = jobs_settings.MAX_PAYLOAD_BYTES
+    queue = base["queue"]
     prepared: list[_Prepared] = []
     for index, args in enumerate(args_list):
         try:
@@ -175,18 +197,23 @@ def _prepare_plain_bulk(template: Item, args_list: list[list[Any]], at: Any, tim
         job_at = at[index] if isinstance(at, list) else at
         if job_at is not None and (isinstance(job_at, bool) or not isinstance(job_at, (int, float))):
             raise TypeError(f'job {index} of the bulk push: "at" must be epoch seconds, not {job_at!r}')
-        job = dict(base)
-        job["args"] = args
-        jid = job["jid"] = jid_hex[index * 24 : index * 24 + 24]
-        if job_at is not None and float(job_at) > timestamp:
-            scheduled_at: float | None = float(job_at)
+        jid = jid_hex[index * 24 : index * 24 + 24]
+        scheduled_at = float(job_at) if job_at is not None and float(job_at) > timestamp else None
+        pieces = immediate if scheduled_at is None else scheduled
+        if pieces is None:
+            job = {**base, "args": args, "jid": jid}
+            if scheduled_at is None:
+                job["enqueued_at"] = timestamp
+            text = JSON_ENCODER.encode(job)
         else:
-            job["enqueued_at"] = timestamp
-            scheduled_at = None
-        data = JSON_ENCODER.encode(job).encode("utf-8")
+            head, middle, tail, args_first = pieces
+            args_text = JSON_ENCODER.encode(args)
+            jid_text = f'"{jid}"'
+            text = head + args_text + middle + jid_text + tail if args_first else head + jid_text + middle + args_text + tail
+        data = text.encode("utf-8")
         if limit and len(data) > limit:
-            encode(job)  # raises PayloadTooLarge with the full message
-        prepared.append(_Prepared(jid, job["queue"], scheduled_at, data))
+            encode({**base, "args": args, "jid": jid})  # raises PayloadTooLarge with the full message
+        prepared.append(_Prepared(jid, queue, scheduled_at, data))
     return prepared
 
 

@@ -155,3 +155,16 @@ def test_redis_down_raises_documented_error(settings):
     connection.reset()
     with pytest.raises(RedisUnavailable, match="Redis is unavailable"):
         Noop.perform_async(1)
+
+
+def test_bulk_fast_path_writes_the_same_json_as_single_pushes(redis):
+    # Given the same job pushed alone and in bulk (no client middleware: the spliced fast path)
+    client.push({"class": "X", "args": [{"a": [1, "é"]}], "queue": "q", "custom": "x"})
+    client.push_bulk({"class": "X", "args": [[{"a": [1, "é"]}]], "queue": "q", "custom": "x"})
+    single, bulk = (json.loads(raw) for raw in redis.lrange("queue:q", 0, -1)[::-1])
+    # Then both items have the same fields, in the same order, and differ only in jid and times
+    assert list(single) == list(bulk)
+    for key in ("jid", "created_at", "enqueued_at"):
+        single.pop(key)
+        bulk.pop(key)
+    assert single == bulk
