@@ -1,0 +1,214 @@
+"""Tracking overhead benchmark (run by hand, not a test): ``.venv/bin/python -m bench.tracking_overhead``.
+
+Starts its own throwaway redis-server and real ``runworkers`` processes (``-P 2 -c 10``) and, on
+SQLite (a fresh WAL file) and on PostgreSQL (``--postgres URL``, default the CI server; a database
+``tracking_bench`` is created there and dropped after), prints:
+
+- the drain rate of 20,000 untracked no-op jobs, then of 20,000 tracked ones launched as one task
+  with ``Task.objects.launch`` (jobs pushed while the queue is paused; the clock runs from
+  resume until ``stat:processed`` / the task's ``finished_at`` says all are done);
+- how long launching a 100,000-job task takes (rows + push);
+- the API's poll latency (``GET /api/tasks/<id>/``, p50/p99, plain and with a matching
+  ``If-None-Match``) on that 100,000-job task while the workers drain it and write its events.
+
+Each database runs in a child process of this script (Django's settings are per process).
+Options: ``--jobs N`` (drain size), ``--poll-jobs N`` (task size for the poll phase),
+``--no-postgres``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MIDDLEWARE = {
+    "CLIENT_MIDDLEWARE": ["tracking.middleware.TrackingClientMiddleware"],
+    "SERVER_MIDDLEWARE": ["tracking.middleware.TrackingServerMiddleware"],
+}
+WORKER_ARGS = ["-P", "2", "-c", "10", "-q", "bench"]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
+
+
+def environment(database_url: str, redis_url: str) -> dict[str, str]:
+    """Settings for the child and its workers: the test settings (project + tracking middleware)."""
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "JOBSAPP_TEST_OVERRIDES": json.dumps(MIDDLEWARE),
+        "LOG_LEVEL": "WARNING",
+    }
+
+
+# --- the child: one database ---------------------------------------------------------------
+
+
+def measure(jobs: int, poll_jobs: int) -> dict[str, object]:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+    from django.contrib.auth import get_user_model
+    from django.test import Client, override_settings
+
+    from fixtures.jobs import Noop, UntrackedNoop
+    from jobsapp import keys
+    from jobsapp.connection import get_redis
+    from tracking.models import Task
+
+    redis = get_redis()
+    results: dict[str, object] = {"database": f"{connection.vendor} {connection.Database.sqlite_version}"
+                                  if connection.vendor == "sqlite" else f"{connection.vendor} "
+                                  f"{connection.cursor().connection.info.server_version}"}
+    workers = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "runworkers", *WORKER_ARGS],
+        env=os.environ.copy(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while redis.scard(keys.PROCESSES) < 2:
+            if time.monotonic() > deadline or workers.poll() is not None:
+                raise RuntimeError("workers did not start")
+            time.sleep(0.05)
+
+        def drain(launch, done) -> float:
+            redis.sadd(keys.PAUSED, "bench")
+            launch()
+            time.sleep(0.3)
+            started = time.perf_counter()
+            redis.srem(keys.PAUSED, "bench")
+            while not done():
+                time.sleep(0.005)
+            return jobs / (time.perf_counter() - started)
+
+        before = int(redis.get(keys.STAT_PROCESSED) or 0)
+        results["untracked_rate"] = drain(
+            lambda: UntrackedNoop.perform_bulk([[index] for index in range(jobs)]),
+            lambda: int(redis.get(keys.STAT_PROCESSED) or 0) - before >= jobs,
+        )
+        holder: dict[str, Task] = {}
+        results["tracked_rate"] = drain(
+            lambda: holder.setdefault("task", Task.objects.launch(Noop, [[index] for index in range(jobs)])),
+            lambda: Task.objects.filter(pk=holder["task"].pk, finished_at__isnull=False).exists(),
+        )
+
+        # Poll latency on a big task while the workers write its events.
+        user = get_user_model().objects.create_user(f"bench-{time.time_ns()}")
+        redis.sadd(keys.PAUSED, "bench")
+        started = time.perf_counter()
+        task = Task.objects.launch(Noop, [[index] for index in range(poll_jobs)], owner=user)
+        results["launch_seconds"] = time.perf_counter() - started
+        client = Client()
+        client.force_login(user)
+        url = f"/api/tasks/{task.pk}/"
+        plain: list[float] = []
+        conditional: list[float] = []
+        with override_settings(TRACKING={"API_THROTTLE_RATE": "1000000/min"}):
+            redis.srem(keys.PAUSED, "bench")
+            while not Task.objects.filter(pk=task.pk, finished_at__isnull=False).exists():
+                started = time.perf_counter()
+                response = client.get(url)
+                plain.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                client.get(url, HTTP_IF_NONE_MATCH=response["ETag"])
+                conditional.append((time.perf_counter() - started) * 1000)
+        results["poll_plain"] = [percentile(plain, 0.5), percentile(plain, 0.99), len(plain)]
+        results["poll_conditional"] = [percentile(conditional, 0.5), percentile(conditional, 0.99), len(conditional)]
+    finally:
+        os.killpg(workers.pid, 15)
+        workers.wait(60)
+    return results
+
+
+# --- the parent ----------------------------------------------------------------------------
+
+
+def postgres_database(base_url: str, name: str, *, drop: bool) -> str:
+    import psycopg
+
+    with psycopg.connect(base_url, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if not drop:
+            connection.execute(f'CREATE DATABASE "{name}"')
+    return base_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--poll-jobs", type=int, default=100_000)
+    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.child:
+        print(json.dumps(measure(options.jobs, options.poll_jobs)))
+        return
+
+    from tests.redis_server import RedisServer
+
+    server = RedisServer().start()
+    rows: list[tuple[str, str]] = []
+    directory = Path(tempfile.mkdtemp(prefix="tracking-bench-"))
+    databases = [("SQLite", f"sqlite:///{directory / 'bench.sqlite3'}")]
+    if not options.no_postgres:
+        databases.append(("PostgreSQL", postgres_database(options.postgres, "tracking_bench", drop=False)))
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"workers {' '.join(WORKER_ARGS)}")
+    try:
+        for label, url in databases:
+            server.client().flushall()
+            child = subprocess.run(
+                [sys.executable, "-m", "bench.tracking_overhead", "--child", "--jobs", str(options.jobs),
+                 "--poll-jobs", str(options.poll_jobs)],
+                cwd=ROOT, env=environment(url, server.url), capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if child.returncode != 0:
+                print(f"{label}: failed\n{child.stderr[-3000:]}")
+                continue
+            result = json.loads(child.stdout.strip().splitlines()[-1])
+            untracked, tracked = result["untracked_rate"], result["tracked_rate"]
+            rows += [
+                (f"{label} ({result['database']}): drain {options.jobs:,} untracked no-op jobs", f"{untracked:,.0f} jobs/s"),
+                (f"{label}: drain {options.jobs:,} tracked no-op jobs (one task)",
+                 f"{tracked:,.0f} jobs/s ({tracked / untracked:.0%} of untracked)"),
+                (f"{label}: launch a {options.poll_jobs:,}-job task (rows + push)", f"{result['launch_seconds']:.1f} s"),
+                (f"{label}: poll GET /api/tasks/<id>/ while workers drain it",
+                 "p50 {:.2f} ms, p99 {:.2f} ms ({} polls)".format(*result["poll_plain"])),
+                (f"{label}: same poll with If-None-Match (304 when unchanged)",
+                 "p50 {:.2f} ms, p99 {:.2f} ms ({} polls)".format(*result["poll_conditional"])),
+            ]  # fmt: skip
+            for row in rows[-5:]:
+                print(*row, sep=": ")
+    finally:
+        server.stop()
+        if not options.no_postgres:
+            postgres_database(options.postgres, "tracking_bench", drop=True)
+    print("\n| measure | result |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+
+
+if __name__ == "__main__":
+    main()
