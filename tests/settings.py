@@ -14,3 +14,11 @@ import os as _os  # noqa: E402
 from project.settings import JOBSAPP as _JOBSAPP  # noqa: E402
 
 JOBSAPP = {**_JOBSAPP, **_json.loads(_os.environ.get("JOBSAPP_TEST_OVERRIDES", "{}"))}
+
+# On SQLite the test database is a file, not memory, so worker subprocesses that tests start
+# can open the same database (tests pass its path to them as DATABASE_URL). One per test run.
+from project.settings import BASE_DIR, DATABASES  # noqa: E402
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test-{_os.getpid()}.sqlite3")}
+    (BASE_DIR / "var").mkdir(exist_ok=True)
