@@ -99,7 +99,7 @@ setup::apt_install() {
         DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
         _APT_UPDATED=1
     fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$package" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$package" >/dev/null
 }
 
 # redis-server >= 6.2 on PATH, installed from Debian when root; otherwise a clear message.
