@@ -79,6 +79,11 @@ def inflight(identity: str) -> str:
     return f"jobsapp:inflight:{identity}"
 
 
+def started(identity: str) -> str:
+    """HASH jid -> 1: the recovered jobs a process is running right now (see recovery.Quarantine)."""
+    return f"jobsapp:started:{identity}"
+
+
 def slot(hostname: str, slot_number: int) -> str:
     """STRING: identity of the process that last ran in this supervisor slot on this host."""
     return f"jobsapp:slot:{hostname}:{slot_number}"

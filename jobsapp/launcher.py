@@ -44,7 +44,7 @@ from .fetch import BasicFetch, QueueOrder, ReliableFetch
 from .heartbeat import Heartbeat, new_identity
 from .manager import Manager
 from .processor import Processor
-from .recovery import Sweeper, claim_slot, recover_list
+from .recovery import Quarantine, Sweeper, claim_slot, recover_list
 from .retry import RetryPolicy
 from .scheduler import Scheduler
 
@@ -191,7 +191,7 @@ class WorkerProcess:
         policy = RetryPolicy(client, fetch.inflight_key, rng=self.rng, stop=self.hard_stop)
         manager = Manager(
             fetch=fetch,
-            processor=Processor(policy),
+            processor=Processor(policy, quarantine=Quarantine(client, self.identity) if options.fetch == "reliable" else None),
             concurrency=options.concurrency,
             batch_size=int(jobs_settings.FETCH_BATCH_SIZE),
             block_seconds=float(jobs_settings.FETCH_BLOCK_SECONDS),

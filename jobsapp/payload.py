@@ -23,6 +23,10 @@ Item = dict[str, Any]
 #: Options a job or a raw item may carry, and their defaults, as Sidekiq names them.
 ITEM_DEFAULTS: dict[str, Any] = {"retry": True, "queue": "default"}
 
+#: Extra payload key of a job put back from a dead process's in-flight list: how many dead
+#: processes it has been in flight in. The worker runs such a job in quarantine (recovery.py).
+RECOVERED_KEY = "jobsapp_recovered"
+
 JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -117,6 +121,11 @@ def encode(item: Item) -> bytes:
             "(JOBSAPP['MAX_PAYLOAD_BYTES']); pass an id and load the data in the job instead"
         )
     return data
+
+
+def encode_unchecked(item: Item) -> bytes:
+    """Compact UTF-8 JSON without the size limit: for a job already in Redis being moved."""
+    return JSON_ENCODER.encode(item).encode("utf-8")
 
 
 def decode(raw: bytes | str) -> Item:

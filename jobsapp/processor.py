@@ -25,10 +25,11 @@ from django.db import close_old_connections
 from . import faults, registry
 from .errors import MalformedPayload, NoRetryError, UnknownJobClass
 from .middleware import notify, run_server_chain
-from .payload import decode, new_jid, now
+from .payload import RECOVERED_KEY, decode, new_jid, now
 
 if TYPE_CHECKING:
     from .fetch import UnitOfWork
+    from .recovery import Quarantine
     from .retry import RetryPolicy
 
 logger = logging.getLogger("jobsapp.processor")
@@ -68,8 +69,9 @@ def malformed_item(unit: UnitOfWork, reason: str) -> Item:
 class Processor:
     """Executes units of work; shared by all processor threads of a process (no per-job state)."""
 
-    def __init__(self, policy: RetryPolicy) -> None:
+    def __init__(self, policy: RetryPolicy, *, quarantine: Quarantine | None = None) -> None:
         self.policy = policy
+        self.quarantine = quarantine  # runs jobs recovered from dead processes one at a time
 
     def process(self, unit: UnitOfWork) -> Result:
         started = time.monotonic()
@@ -105,6 +107,8 @@ class Processor:
             call_perform = lambda: job.perform(*args, **kwargs)  # noqa: E731
             if faults.POINT:
                 call_perform = faults.wrap("in_perform", call_perform)
+            if RECOVERED_KEY in item and self.quarantine is not None:
+                call_perform = self.quarantine.wrap(jid, call_perform)
             run_server_chain(job, item, unit.queue, call_perform)
         except NoRetryError as exc:
             # acked and counted failed; no retry, no dead set (the job said so)

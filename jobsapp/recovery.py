@@ -13,9 +13,16 @@ at most once however many recoverers race):
   heartbeat has succeeded twice in a row, so after a Redis outage every live process has had
   time to beat again before anyone decides who is dead.
 
-Jobs go back to the front (right end) of their queues, oldest first. A job recovered
-``POISON_RECOVERY_LIMIT`` times (3) has killed its process every time: it goes to the dead set
-as poison. Middleware is told (``on_requeue`` reason "recovered", ``on_dead`` reason "poison").
+Jobs go back to the front (right end) of their queues, oldest first, marked with the payload
+key ``jobsapp_recovered`` (how many dead processes they were in flight in). A worker runs a
+marked job in quarantine (``Quarantine``): one at a time per process, with a "started" mark in
+``jobsapp:started:<identity>`` while it runs. When that process dies too, only the marked jobs
+that were actually running are counted again; the ones that were only prefetched, or waiting
+for the quarantine, come back uncounted. A job counted ``POISON_RECOVERY_LIMIT`` times (3) has
+killed its process every time: it goes to the dead set as poison. Without the quarantine, an
+innocent job fetched in the same batch as a crashing one would ride along through three
+crashes and be buried with it (the fault suite's scenario 6 found that). Middleware is told
+(``on_requeue`` reason "recovered", ``on_dead`` reason "poison").
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import os
 import random
 import threading
 from collections.abc import Callable
+from typing import TypeVar
 
 import redis
 
@@ -35,12 +43,14 @@ from .connection import CONNECTION_ERRORS
 from .errors import JobsError
 from .fetch import UnitOfWork
 from .middleware import notify
-from .payload import decode, now
+from .payload import RECOVERED_KEY, decode, encode_unchecked, now
 from .processor import malformed_item
 from .retry import dead_trim_args, with_error_fields
 from .scripts import script
 
 logger = logging.getLogger("jobsapp.recovery")
+
+T = TypeVar("T")
 
 
 class PoisonJob(JobsError):
@@ -62,6 +72,7 @@ def pid_alive(pid: int) -> bool:
 def recover_list(client: redis.Redis, identity: str) -> tuple[int, int]:
     """Put back every job of ``identity``'s in-flight list; returns (requeued, buried)."""
     inflight_key = keys.inflight(identity)
+    started_key = keys.started(identity)
     requeued = buried = 0
     limit = int(jobs_settings.POISON_RECOVERY_LIMIT)
     recover = script("recover")
@@ -77,15 +88,24 @@ def recover_list(client: redis.Redis, identity: str) -> tuple[int, int]:
             exc_for_dead: BaseException = exc
             mode = "dead"
         else:
-            previous = client.hget(keys.RECOVERIES, str(item.get("jid", "")))
-            count = int(previous or 0) + 1
+            jid_text = str(item.get("jid", ""))
+            previous = int(client.hget(keys.RECOVERIES, jid_text) or 0)
+            # a quarantined job is to blame only if it was running (its started mark is there)
+            blamed = RECOVERED_KEY not in item or bool(client.hexists(started_key, jid_text))
+            count = previous + 1 if blamed else previous
             mode = "dead" if count >= limit else "queue"
             exc_for_dead = PoisonJob(f"recovered from {count} dead processes; treated as poison")
         queue = str(item.get("queue") or jobs_settings.DEFAULT_QUEUE)
         jid = str(item.get("jid", ""))
         if mode == "queue":
+            try:
+                marked = encode_unchecked({**item, RECOVERED_KEY: count})
+            except ValueError:  # NaN or the like from a foreign client: pushed back unmarked
+                marked = b""
             result = recover(
-                client, [inflight_key, keys.queue(queue), keys.QUEUES, keys.RECOVERIES], [raw, "queue", queue, jid, "", "", ""]
+                client,
+                [inflight_key, keys.queue(queue), keys.QUEUES, keys.RECOVERIES],
+                [raw, "queue", queue, jid, "", "", "", marked, 1 if blamed else 0],
             )
             if result:
                 requeued += 1
@@ -106,10 +126,41 @@ def recover_list(client: redis.Redis, identity: str) -> tuple[int, int]:
                 notify("on_dead", None, dead_item, exc_for_dead, reason="poison")
         if not result:  # someone else moved it first; look at the list again
             continue
+    client.delete(started_key)
     client.srem(keys.INFLIGHT_INDEX, identity)
     if requeued or buried:
         logger.warning("recovered in-flight jobs of %s: %d back on their queues, %d poison to the dead set", identity, requeued, buried)
     return requeued, buried
+
+
+class Quarantine:
+    """Runs recovered jobs (payload key ``jobsapp_recovered``) one at a time in this process, each
+    with a started mark in ``jobsapp:started:<identity>``, so that if the process dies the blame
+    falls on the job that was running. Other jobs run alongside as usual. Used by the processor
+    only for marked jobs: the common path costs one dict lookup.
+    """
+
+    def __init__(self, client: redis.Redis, identity: str) -> None:
+        self.client = client
+        self.started_key = keys.started(identity)
+        self._lock = threading.Lock()
+
+    def wrap(self, jid: str, call: Callable[[], T]) -> Callable[[], T]:
+        def run_quarantined() -> T:
+            with self._lock:
+                try:
+                    self.client.hset(self.started_key, jid, 1)
+                except CONNECTION_ERRORS as exc:  # runs unmarked: a crash now would not count against it
+                    logger.warning("jid=%s could not mark the recovered job as started (%s)", jid, exc)
+                try:
+                    return call()
+                finally:
+                    try:
+                        self.client.hdel(self.started_key, jid)
+                    except CONNECTION_ERRORS as exc:  # the mark is dropped with the list when recovered
+                        logger.warning("jid=%s could not clear the started mark (%s)", jid, exc)
+
+        return run_quarantined
 
 
 def claim_slot(client: redis.Redis, *, hostname: str, slot_number: int, identity: str) -> str | None:

@@ -37,7 +37,7 @@ from . import faults, keys
 from .backoff import call_with_retry
 from .conf import jobs_settings
 from .middleware import notify
-from .payload import now
+from .payload import RECOVERED_KEY, now
 from .scripts import script
 
 if TYPE_CHECKING:
@@ -98,8 +98,10 @@ def retry_limit(item: Item) -> int:
 def with_error_fields(item: Item, exception: BaseException, timestamp: float) -> Item:
     """A copy of ``item`` carrying Sidekiq's error fields for this failure."""
     failed = dict(item)
+    failed.pop(RECOVERED_KEY, None)  # filed by its own failure: no longer a crash suspect
     limit = int(jobs_settings.ERROR_MESSAGE_MAX_CHARS)
-    failed["error_message"] = str(exception)[:limit]
+    # Ruby's Exception#message is the class name when there is no message (MemoryError())
+    failed["error_message"] = (str(exception) or type(exception).__name__)[:limit]
     failed["error_class"] = exception_class_name(exception)
     if isinstance(failed.get("retry_count"), int) and not isinstance(failed.get("retry_count"), bool):
         failed["retried_at"] = timestamp
