@@ -44,8 +44,14 @@ def _type_name(value: object) -> str:
     return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
-def check_json_native(value: Any, path: str = "args") -> None:
-    """Raise TypeError naming the first value under ``path`` that JSON would not round-trip."""
+#: Deepest nesting of lists and objects accepted in arguments: Ruby's JSON.parse refuses more
+#: (its max_nesting), and Python would otherwise fail with a RecursionError.
+MAX_NESTING = 100
+
+
+def check_json_native(value: Any, path: str = "args", depth: int = 0) -> None:
+    """Raise TypeError naming the first value under ``path`` that JSON would not round-trip, or
+    ValueError when lists and objects nest deeper than MAX_NESTING."""
     kind = type(value)
     if value is None or kind is str or kind is bool or kind is int:
         return
@@ -53,15 +59,17 @@ def check_json_native(value: Any, path: str = "args") -> None:
         if not math.isfinite(value):
             raise TypeError(f"{path} is {value!r}, which is not valid JSON")
         return
+    if (kind is list or kind is dict) and depth >= MAX_NESTING:
+        raise ValueError(f"{path[:200]}... nests lists and objects deeper than {MAX_NESTING} levels, which Ruby's JSON refuses")
     if kind is list:
         for index, element in enumerate(value):
-            check_json_native(element, f"{path}[{index}]")
+            check_json_native(element, f"{path}[{index}]", depth + 1)
         return
     if kind is dict:
         for key, element in value.items():
             if type(key) is not str:
                 raise TypeError(f"{path} has a key {key!r} of type {_type_name(key)}; JSON object keys are strings")
-            check_json_native(element, f"{path}[{json.dumps(key)}]")
+            check_json_native(element, f"{path}[{json.dumps(key)}]", depth + 1)
         return
     article = "an" if _type_name(value)[:1].lower() in "aeiou" else "a"
     raise TypeError(
