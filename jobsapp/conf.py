@@ -45,6 +45,8 @@ DEFAULTS: dict[str, Any] = {
     "ERROR_HANDLERS": [],  # dotted paths of callables (exception, context) -> None
     "DEATH_HANDLERS": [],  # dotted paths of callables (item, exception) -> None
     "ERROR_MESSAGE_MAX_CHARS": 10_000,
+    # /jobs/metrics: a bearer token that may scrape without a staff session (None: staff only).
+    "METRICS_TOKEN": None,
     # Display and logs: argument keys whose values are replaced by "[REDACTED]".
     "REDACT_KEYS": ["password", "passwd", "token", "secret", "authorization", "api_key", "apikey"],
 }

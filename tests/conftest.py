@@ -25,7 +25,7 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture(autouse=True)
 def _engine_on_test_redis(redis_server: RedisServer, settings) -> Iterator[None]:
-    from jobsapp import connection, middleware
+    from jobsapp import connection, middleware, testing
 
     settings.JOBSAPP = {**getattr(settings, "JOBSAPP", {}), "REDIS_URL": redis_server.url}
     settings.REDIS_URL = redis_server.url
@@ -33,6 +33,8 @@ def _engine_on_test_redis(redis_server: RedisServer, settings) -> Iterator[None]
     middleware.reset_chains()
     redis_server.client().flushall()
     yield
+    testing.set_mode("disabled")
+    testing.clear_all()
     connection.reset()
     middleware.reset_chains()
 
