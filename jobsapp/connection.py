@@ -94,6 +94,16 @@ def new_redis(*, blocking_timeout_seconds: float = 0.0) -> redis.Redis:
     )
 
 
+def as_bytes(value: object) -> bytes:
+    """A reply as bytes (the engine's clients never decode; typing says ``bytes | str``)."""
+    return value if isinstance(value, bytes) else str(value).encode("utf-8")
+
+
+def as_text(value: object) -> str:
+    """A reply as text, invalid UTF-8 replaced (identities, queue names)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 def reset() -> None:
     """Forget the client (after fork, or when a test points the engine at another server)."""
     global _client, _client_config

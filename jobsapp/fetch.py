@@ -32,6 +32,7 @@ from typing import Protocol
 import redis
 
 from . import keys
+from .connection import as_bytes, as_text
 from .scripts import script
 
 #: Daily stats counters live five years, as Sidekiq's.
@@ -212,7 +213,8 @@ class QueueWaiters:
                 return
             raw: bytes | None = None
             try:
-                raw = connection.blmove(keys.queue(name), self.inflight_key, timeout, "RIGHT", "LEFT")
+                reply = connection.blmove(keys.queue(name), self.inflight_key, timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]  # seconds may be fractional
+                raw = None if reply is None else as_bytes(reply)
                 if name not in self._connection_ids:
                     self._connection_ids[name] = int(connection.client_id())
             except (redis.RedisError, OSError):  # reported as "nothing"; the fetcher's next Lua fetch sees the outage
@@ -321,8 +323,8 @@ class ReliableFetch(_Interruptible):
             return []
         if len(ready) == 1:
             self._remember_blocking_connection()
-            raw = self.blocking_client.blmove(keys.queue(ready[0]), self.inflight_key, block_seconds, "RIGHT", "LEFT")
-            return [UnitOfWork(raw, ready[0])] if raw is not None else []
+            raw = self.blocking_client.blmove(keys.queue(ready[0]), self.inflight_key, block_seconds, "RIGHT", "LEFT")  # type: ignore[arg-type]  # seconds may be fractional
+            return [UnitOfWork(as_bytes(raw), ready[0])] if raw is not None else []
         # BLMOVE waits on one list: with several queues, one waiter per queue blocks at once,
         # so a push to any of them wakes the fetcher within a millisecond.
         return self._waiters.wait(ready, block_seconds)
@@ -354,7 +356,7 @@ class BasicFetch(_Interruptible):
 
     def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]:
         order = self.queues.order(self.rng)
-        paused = {name.decode() for name in self.client.smembers(keys.PAUSED)}
+        paused = {as_text(name) for name in self.client.smembers(keys.PAUSED)}
         ready = [name for name in order if name not in paused]
         if not ready:  # every queue is paused: idle briefly instead of spinning on Redis
             self._idle(min(block_seconds, PAUSED_IDLE_SECONDS))
@@ -366,7 +368,7 @@ class BasicFetch(_Interruptible):
         if popped is None:
             return []
         key, raw = popped
-        return [UnitOfWork(raw, keys.queue_name(key.decode()))]
+        return [UnitOfWork(as_bytes(raw), keys.queue_name(as_text(key)))]
 
     def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date) -> int:
         return _ack(self.client, "", [], [], processed, failed, today)

@@ -336,8 +336,8 @@ class Supervisor:
             if pid == 0:
                 time.sleep(0.1)
                 continue
-            slot_number = self.children.pop(pid, None)
-            if slot_number is None:
+            slot_number = self.children.pop(pid, -1)
+            if slot_number < 0:
                 continue
             if self.stopping:
                 continue

@@ -39,7 +39,7 @@ import redis
 
 from . import keys
 from .conf import jobs_settings
-from .connection import CONNECTION_ERRORS
+from .connection import CONNECTION_ERRORS, as_bytes, as_text
 from .errors import JobsError
 from .fetch import UnitOfWork
 from .middleware import notify
@@ -80,6 +80,7 @@ def recover_list(client: redis.Redis, identity: str) -> tuple[int, int]:
         raw = client.lindex(inflight_key, -1)  # oldest first
         if raw is None:
             break
+        raw = as_bytes(raw)
         unit = UnitOfWork(raw, "default")
         try:
             item = decode(raw)
@@ -166,9 +167,9 @@ class Quarantine:
 def claim_slot(client: redis.Redis, *, hostname: str, slot_number: int, identity: str) -> str | None:
     """Record this process in its slot; returns the previous occupant if it is dead, else None."""
     previous = client.set(keys.slot(hostname, slot_number), identity, get=True)
-    if not previous:
+    if not previous or previous is True:
         return None
-    previous_identity = previous.decode("utf-8", "replace")
+    previous_identity = as_text(previous)
     if previous_identity == identity:
         return None
     try:
@@ -229,7 +230,7 @@ class Sweeper:
             return 0
         moved = 0
         try:
-            owners = [member.decode("utf-8", "replace") for member in self.client.smembers(keys.INFLIGHT_INDEX)]
+            owners = [as_text(member) for member in self.client.smembers(keys.INFLIGHT_INDEX)]
             for owner in owners:
                 if owner == self.identity or self._stop.is_set():
                     continue
