@@ -1,0 +1,119 @@
+"""RetryPolicy: the fate of a failed job, decided and filed atomically, in-process."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from jobsapp import client, middleware
+from jobsapp.connection import get_redis
+from jobsapp.fetch import UnitOfWork
+from jobsapp.middleware import ServerMiddleware
+from jobsapp.payload import decode
+from jobsapp.retry import RetryPolicy, compress_backtrace, decompress_backtrace, default_delay_seconds
+from tests.testapp.jobs import Explode
+
+INFLIGHT = "jobsapp:inflight:test:1:000000000000"
+handled: list[tuple] = []
+
+
+def error_handler(exception, context):
+    handled.append(("error", type(exception).__name__, context["job"]["jid"]))
+
+
+def death_handler(item, exception):
+    handled.append(("death", item["jid"], str(exception)))
+
+
+class Hooks(ServerMiddleware):
+    def on_retry(self, job_class, item, exception, *, retry_count, retry_limit, run_at):
+        handled.append(("on_retry", retry_count, retry_limit))
+
+    def on_dead(self, job_class, item, exception, *, reason):
+        handled.append(("on_dead", reason))
+
+
+class Exhausted(Explode):
+    exhausted: list = []
+
+    @classmethod
+    def sidekiq_retries_exhausted(cls, item, exception):
+        cls.exhausted.append(item["jid"])
+
+
+@pytest.fixture
+def in_flight(redis, settings):
+    """Push an item and move it into an in-flight list, as the fetcher would."""
+    settings.JOBSAPP = {
+        **settings.JOBSAPP,
+        "ERROR_HANDLERS": ["tests.jobsapp.test_retry.error_handler"],
+        "DEATH_HANDLERS": ["tests.jobsapp.test_retry.death_handler"],
+    }
+    middleware.server_chain().add(Hooks)
+    handled.clear()
+
+    def make(item):
+        client.push(item)
+        raw = redis.lmove(f"queue:{item.get('queue', 'default')}", INFLIGHT, "RIGHT", "LEFT")
+        return UnitOfWork(raw, item.get("queue", "default")), decode(raw)
+
+    return make
+
+
+def test_first_failure_schedules_a_retry_and_acks(redis, in_flight):
+    unit, item = in_flight({"class": Explode.wire_name(), "args": ["x"], "retry": 3, "retry_queue": "slow", "backtrace": 5})
+    try:
+        raise ValueError("bad row")
+    except ValueError as exc:
+        outcome = RetryPolicy(get_redis(), INFLIGHT, rng=random.Random(1)).handle(unit, item, Explode, exc)
+    assert outcome.kind == "retry"
+    assert redis.llen(INFLIGHT) == 0
+    retried = json.loads(redis.zrange("retry", 0, -1)[0])
+    assert retried["queue"] == "slow" and retried["retry_count"] == 0 and retried["error_message"] == "bad row"
+    assert len(decompress_backtrace(retried["error_backtrace"])) <= 5
+    assert handled == [("error", "ValueError", item["jid"]), ("on_retry", 0, 3)]
+
+
+def test_exhausted_retries_call_the_hook_then_dead_and_death_handlers(redis, in_flight):
+    unit, item = in_flight({"class": Exhausted.wire_name(), "args": [], "retry": 1, "retry_count": 0})
+    outcome = RetryPolicy(get_redis(), INFLIGHT).handle(unit, item, Exhausted, RuntimeError("still bad"))
+    assert outcome.kind == "dead" and outcome.reason == "retries_exhausted"
+    assert Exhausted.exhausted == [item["jid"]]
+    dead = json.loads(redis.zrange("dead", 0, -1)[0])
+    assert dead["retry_count"] == 1 and "retried_at" in dead
+    assert handled[-2:] == [("death", item["jid"], "still bad"), ("on_dead", "retries_exhausted")]
+
+
+def test_dead_false_drops_instead_of_burying(redis, in_flight):
+    unit, item = in_flight({"class": Explode.wire_name(), "args": [], "retry": 0, "dead": False})
+    outcome = RetryPolicy(get_redis(), INFLIGHT).handle(unit, item, Explode, RuntimeError("x"))
+    assert outcome.kind == "discarded" and redis.zcard("dead") == 0
+
+
+def test_a_job_taken_back_by_a_sweeper_is_not_filed_twice(redis, in_flight):
+    unit, item = in_flight({"class": Explode.wire_name(), "args": []})
+    redis.delete(INFLIGHT)  # a sweeper recovered it: it will run again
+    outcome = RetryPolicy(get_redis(), INFLIGHT).handle(unit, item, Explode, RuntimeError("x"))
+    assert outcome.kind == "lost" and redis.zcard("retry") == 0
+
+
+def test_dead_set_is_trimmed_to_its_maximum(redis, in_flight, settings):
+    settings.JOBSAPP = {**settings.JOBSAPP, "DEAD_MAX_JOBS": 5}
+    for _ in range(8):
+        unit, item = in_flight({"class": Explode.wire_name(), "args": [], "retry": 0})
+        RetryPolicy(get_redis(), INFLIGHT).handle(unit, item, Explode, RuntimeError("x"))
+    assert redis.zcard("dead") == 5
+
+
+def test_backoff_formula_and_backtrace_encoding_match_sidekiq():
+    rng = random.Random(3)
+    for count in range(6):
+        delay = default_delay_seconds(count, rng)
+        assert count**4 + 15 <= delay <= count**4 + 15 + 9 * (count + 1)
+    encoded = compress_backtrace(["a.py:1:in `x'"] * 50)
+    assert "\n" in encoded  # Ruby's Base64.encode64 breaks lines every 60 characters
+    assert decompress_backtrace(encoded) == ["a.py:1:in `x'"] * 50
+    assert decompress_backtrace(["plain", "list"]) == ["plain", "list"]
+    assert decompress_backtrace("not base64 zlib") == []
