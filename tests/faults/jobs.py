@@ -104,3 +104,16 @@ class MemoryHogJob(Job):
         ledger_client().hincrby(ATTEMPTS, ledger_id, 1)
         hoard = bytearray(1 << 46)  # 64 TiB
         ledger_client().hincrby(DONE, ledger_id, len(hoard))
+
+
+from tracking import TrackedJob  # noqa: E402
+
+
+class TrackedLedgerJob(TrackedJob):
+    """A ledger job with task tracking (scenario 10)."""
+
+    def perform(self, ledger_id, sleep_ms=0):
+        ledger_client().hincrby(ATTEMPTS, ledger_id, 1)
+        if sleep_ms:
+            time.sleep(sleep_ms / 1000)
+        ledger_client().hincrby(DONE, ledger_id, 1)
