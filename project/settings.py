@@ -40,6 +40,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "jobsapp.http.RedisUnavailableMiddleware",  # Redis down: 503 with a reason, never a 500
 ]
 
 ROOT_URLCONF = "project.urls"
