@@ -1,0 +1,137 @@
+"""Only registered job classes ever run: no payload field is imported, unpickled or evaluated.
+
+Two proofs. A static scan of ``jobsapp/`` and ``tracking/`` (the AST, not grep) for every way
+Python turns data into code: pickle/marshal/shelve/dill, yaml loading, eval/exec/compile,
+``__import__``, importlib and ``import_string``. The only allowed uses are listed with the reason
+(each loads a dotted path from Django settings, which an attacker who can write to Redis does not
+control). And a dynamic one: hostile class strings run through the real processor import nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobsapp.fetch import UnitOfWork
+from jobsapp.processor import Processor
+from jobsapp.retry import RetryPolicy
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("jobsapp", "tracking")
+
+FORBIDDEN_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle", "yaml", "jsonpickle", "importlib"}
+FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "import_module", "import_string", "load", "loads", "unsafe_load"}
+
+# (file, name) -> why it is safe. A new entry needs the same justification in review.
+ALLOWED = {
+    ("jobsapp/middleware.py", "import_string"): "CLIENT_MIDDLEWARE / SERVER_MIDDLEWARE dotted paths from Django settings",
+    ("jobsapp/retry.py", "import_string"): "ERROR_HANDLERS / DEATH_HANDLERS dotted paths from Django settings",
+}
+# json.loads is data, not code: it is how every payload is read.
+SAFE_LOADERS = {"json"}
+
+
+def python_files() -> list[Path]:
+    return sorted(path for package in PACKAGES for path in (ROOT / package).rglob("*.py") if "migrations" not in path.parts)
+
+
+def findings(path: Path) -> list[tuple[str, int, str]]:
+    relative = path.relative_to(ROOT).as_posix()
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=relative)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in FORBIDDEN_MODULES:
+                    found.append((relative, node.lineno, f"import {alias.name}"))
+        elif isinstance(node, ast.ImportFrom):
+            module = (node.module or "").split(".")[0]
+            names = {alias.name for alias in node.names}
+            if module in FORBIDDEN_MODULES:
+                found.append((relative, node.lineno, f"from {node.module} import ..."))
+            for name in names & {"import_string", "import_module"}:
+                if (relative, name) not in ALLOWED:
+                    found.append((relative, node.lineno, f"from {node.module} import {name}"))
+        elif isinstance(node, ast.Call):
+            function = node.func
+            if isinstance(function, ast.Name):
+                name, owner = function.id, ""
+            elif isinstance(function, ast.Attribute):
+                name = function.attr
+                owner = function.value.id if isinstance(function.value, ast.Name) else ""
+            else:
+                continue
+            if name not in FORBIDDEN_CALLS or owner in SAFE_LOADERS or (relative, name) in ALLOWED:
+                continue
+            builtin = isinstance(function, ast.Name) and name in {"eval", "exec", "compile", "__import__"}
+            module_call = owner in FORBIDDEN_MODULES or name in {"import_module", "import_string", "__import__"}
+            if builtin or module_call:  # re.compile, cache.load(...) and the like are not code loading
+                found.append((relative, node.lineno, f"{owner + '.' if owner else ''}{name}(...)"))
+    return found
+
+
+def test_the_scan_catches_each_way_in():
+    assert len(python_files()) > 30
+    planted = ROOT / "var" / "planted_for_scan.py"
+    planted.parent.mkdir(exist_ok=True)
+    planted.write_text(
+        "import pickle\nimport yaml\nfrom importlib import import_module\nyaml.load(x)\npickle.loads(b)\n"
+        "eval(s)\nexec(s)\ncompile(s, 'f', 'exec')\n__import__(n)\nimport_module(n)\nre.compile(p)\njson.loads(s)\n"
+    )
+    try:
+        assert len(findings(planted)) == 11  # the importlib line counts as module and name
+    finally:
+        planted.unlink()
+
+
+def test_no_payload_is_ever_turned_into_code():
+    problems = [finding for path in python_files() for finding in findings(path)]
+    assert problems == [], "code that can turn data into code:\n" + "\n".join(f"{f}:{line}: {what}" for f, line, what in problems)
+
+
+def test_allowed_uses_still_exist_and_read_settings_only():
+    for (relative, name), _reason in ALLOWED.items():
+        text = (ROOT / relative).read_text(encoding="utf-8")
+        assert f"{name}(" in text, f"{relative} no longer uses {name}: drop it from ALLOWED"
+        for line in text.splitlines():
+            if f"{name}(" in line and "import" not in line.split(f"{name}(")[0]:
+                assert "path" in line, f"{relative}: {line.strip()} must only load a settings path"
+
+
+HOSTILE = [
+    "os.system",
+    "builtins.eval",
+    "builtins.exec",
+    "subprocess.Popen",
+    "posix.system",
+    "__import__('os').system('id')",
+    "tests.faults.sentinel.Boom",
+    "tests.faults.sentinel",
+    "..",
+    "../../etc/passwd",
+    "jobsapp.registry.lookup",
+    "django.core.management.call_command",
+    "tests.testapp.jobs.Record.__init_subclass__",
+    "tests.testapp.jobs.Noop.perform",
+    "tests.testapp.jobs",
+    "a" * 10_000,
+]
+
+
+@pytest.mark.parametrize("class_name", HOSTILE, ids=[name[:40] for name in HOSTILE])
+def test_hostile_class_strings_import_nothing_and_go_dead(redis, class_name):
+    before = set(sys.modules)
+    raw = json.dumps({"class": class_name, "args": ["id"], "jid": "0" * 24, "queue": "default"}).encode()
+    redis.lpush("jobsapp:inflight:security", raw)
+    result = Processor(RetryPolicy(redis, "jobsapp:inflight:security")).process(UnitOfWork(raw, "default"))
+    assert result.failed and not result.acknowledge
+    assert set(sys.modules) - before == set()
+    assert "tests.faults.sentinel" not in sys.modules
+    dead = [json.loads(member) for member in redis.zrange("dead", 0, -1)]
+    assert len(dead) == 1 and dead[0]["error_class"] == "jobsapp.errors.UnknownJobClass"
+    assert "nothing was imported or run" in dead[0]["error_message"]
+    assert redis.llen("jobsapp:inflight:security") == 0
