@@ -127,6 +127,7 @@ class WorkerProcess:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 reason = f"exited with {self.process.returncode}" if self.process.poll() is not None else "timed out"
                 self._kill_group()
+                self._close()
                 raise RuntimeError(
                     f"runworkers {' '.join(self.args)} {reason} before registering "
                     f"{expected} process(es) in Redis; output:\n{self.output[-4000:]}"
@@ -180,7 +181,12 @@ class WorkerProcess:
             if exc_type is None:
                 raise
         finally:
-            self.redis.close()
+            self._close()
+
+    def _close(self) -> None:
+        """Keep the output in memory, remove the log file, close the Redis client."""
+        if self._final_output is None:
             self._final_output = self.output
             self._log.close()
             Path(self._log.name).unlink(missing_ok=True)
+        self.redis.close()

@@ -43,11 +43,19 @@ def ruby_missing_reason() -> str | None:
     return None
 
 
-@pytest.fixture(autouse=True)
-def _needs_ruby_sidekiq() -> None:
+def skip_without_ruby() -> None:
+    """Skip when Ruby Sidekiq is missing; fail instead where it is required (.ci/run sets
+    JOBSAPP_REQUIRE_INTEROP=1, so CI cannot pass by silently skipping interop)."""
     reason = ruby_missing_reason()
+    if reason and os.environ.get("JOBSAPP_REQUIRE_INTEROP") == "1":
+        pytest.fail(f"interop tests are required here (JOBSAPP_REQUIRE_INTEROP=1): {reason}")
     if reason:
         pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def _needs_ruby_sidekiq() -> None:
+    skip_without_ruby()
 
 
 def ruby_env(redis_url: str) -> dict[str, str]:
@@ -137,9 +145,7 @@ class RubySidekiqProcess:
 @pytest.fixture(scope="module")
 def ruby_sidekiq(redis_server: RedisServer) -> Iterator[RubySidekiqProcess]:
     """One Ruby Sidekiq worker (queue default, 2 threads) for the whole test module."""
-    reason = ruby_missing_reason()
-    if reason:
-        pytest.skip(reason)
+    skip_without_ruby()
     process = RubySidekiqProcess(redis_server)
     process.wait_registered()
     yield process
