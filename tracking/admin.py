@@ -12,6 +12,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from jobsapp import RedisUnavailable
+from jobsapp.api import redact
 
 from .launching import retry_errored
 from .models import Event, EventStatus, Task
@@ -52,7 +53,7 @@ class ProblemEventInline(admin.TabularInline):
     model = Event
     verbose_name = "failed or errored job"
     verbose_name_plural = "failed and errored jobs"
-    fields = ["job_id", "status", "is_final", "attempts", "params", "message_list", "updated_at"]
+    fields = ["job_id", "status", "is_final", "attempts", "params_json", "message_list", "updated_at"]
     readonly_fields = fields
     extra = 0
     max_num = 0
@@ -61,6 +62,10 @@ class ProblemEventInline(admin.TabularInline):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Event]:
         return super().get_queryset(request).filter(status__in=[EventStatus.FAILED, EventStatus.ERROR])
+
+    @admin.display(description="params")
+    def params_json(self, event: Event) -> str:
+        return format_html("<pre>{}</pre>", json.dumps(redact(event.params), ensure_ascii=False))
 
     @admin.display(description="messages")
     def message_list(self, event: Event) -> str:
@@ -139,7 +144,7 @@ class EventAdmin(admin.ModelAdmin):
 
     @admin.display(description="params")
     def params_json(self, event: Event) -> str:
-        return format_html("<pre>{}</pre>", json.dumps(event.params, indent=2, ensure_ascii=False))
+        return format_html("<pre>{}</pre>", json.dumps(redact(event.params), indent=2, ensure_ascii=False))
 
     @admin.display(description="messages")
     def message_list(self, event: Event) -> str:

@@ -7,6 +7,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from jobsapp.api import redact
+
 from .models import COUNT_FIELDS, Event, Task, TaskStatus
 
 
@@ -53,4 +55,5 @@ class EventSerializer(serializers.ModelSerializer):
     def to_representation(self, instance: Event) -> dict[str, Any]:
         data = super().to_representation(instance)
         data["messages"] = list(instance.messages or [])
+        data["params"] = redact(instance.params)  # secret-looking keys (JOBSAPP["REDACT_KEYS"])
         return data
