@@ -155,3 +155,23 @@ def test_orphans_of_killed_unsupervised_workers_come_back_through_the_sweeper(re
     ttl = FAST_LIVENESS["PROCESS_TTL_SECONDS"]
     # heartbeat TTL + at most 1.5 sweep intervals + a beat: the production 60 + 22.5 + 5 is under 90
     assert recovery_seconds < ttl + 1.5 * FAST_LIVENESS["ORPHAN_SWEEP_INTERVAL_SECONDS"] + 3
+
+
+@pytest.mark.skipif(not SOAK, reason="soak only (JOBSAPP_SOAK=1): waits out the production 60 s heartbeat TTL")
+def test_orphans_come_back_within_90_seconds_with_production_intervals(redis_server, redis, ledger, start_worker, measure):
+    # Given two processes with the production heartbeat (5 s), TTL (60 s) and sweep (15 s)
+    ids = [f"s1p-{index}" for index in range(200)]
+    LedgerJob.perform_bulk([[ledger_id, 2000] for ledger_id in ids])
+    victim, survivor = (start_worker(["-c", "10", "-t", "5"]) for _ in range(2))
+    wait_until(lambda: redis.llen(f"jobsapp:inflight:{victim.identity}") > 0, timeout_seconds=30)
+    # When one is SIGKILLed and nobody restarts it
+    victim.kill()
+    killed_at = time.monotonic()
+    wait_until(lambda: redis.llen(f"jobsapp:inflight:{victim.identity}") == 0, timeout_seconds=120, interval_seconds=0.5)
+    recovery_seconds = time.monotonic() - killed_at
+    wait_until(lambda: ledger.hlen(DONE) == len(ids), timeout_seconds=180, message="every job finished")
+    survivor.stop()
+    report = check(redis, ledger, ids)
+    measure("1 sweeper (production intervals)", lost=len(report.lost), duplicates=report.duplicates, recovery_seconds=recovery_seconds)
+    report.assert_clean()
+    assert recovery_seconds < 90

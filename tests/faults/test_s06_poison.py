@@ -68,7 +68,12 @@ def test_poison_goes_dead_and_innocents_run(redis_server, redis, ledger, start_w
     started = time.monotonic()
     worker = start_worker(["-P", "2", "-c", "4", "-t", "2"], overrides=FAST_LIVENESS)
     wait_until(lambda: redis.zcard("dead") >= poison_count, timeout_seconds=60, message="every poison job is dead")
-    wait_until(lambda: ledger.hlen(DONE) >= len(innocents) + len(late), timeout_seconds=60, message="every innocent ran")
+    try:
+        wait_until(lambda: ledger.hlen(DONE) >= len(innocents) + len(late), timeout_seconds=60, message="every innocent ran")
+    except AssertionError:
+        stuck = check(redis, ledger, [*innocents, *late])
+        raise AssertionError(f"{stuck.summary()}; not done: {[(k, v) for k, v in stuck.places.items() if v != ['done']][:10]}"
+                             f"\n{worker.output[-3000:]}") from None
     # And the process still works after all that
     LedgerJob.perform_async("s6-after", 0)
     wait_until(lambda: ledger.hget(DONE, "s6-after"), timeout_seconds=20, message="a job enqueued afterwards ran")
