@@ -91,8 +91,9 @@ CACHES = {
 
 JOBSAPP = {
     "REDIS_URL": REDIS_URL,
-    "CLIENT_MIDDLEWARE": [],
-    "SERVER_MIDDLEWARE": [],
+    # Task tracking records jobs declared with sidekiq_options(use_task_event=True); others cost nothing.
+    "CLIENT_MIDDLEWARE": ["tracking.middleware.TrackingClientMiddleware"],
+    "SERVER_MIDDLEWARE": ["tracking.middleware.TrackingServerMiddleware"],
 }
 
 # Task tracking (tracking/conf.py has every key and its default).

@@ -13,7 +13,14 @@ import os as _os  # noqa: E402
 
 from project.settings import JOBSAPP as _JOBSAPP  # noqa: E402
 
-JOBSAPP = {**_JOBSAPP, **_json.loads(_os.environ.get("JOBSAPP_TEST_OVERRIDES", "{}"))}
+# The engine's own tests run without the tracking middleware (tracking's tests add it, and pass
+# it to the workers they start through JOBSAPP_TEST_OVERRIDES).
+JOBSAPP = {
+    **_JOBSAPP,
+    "CLIENT_MIDDLEWARE": [],
+    "SERVER_MIDDLEWARE": [],
+    **_json.loads(_os.environ.get("JOBSAPP_TEST_OVERRIDES", "{}")),
+}
 
 # On SQLite the test database is a file, not memory, so worker subprocesses that tests start
 # can open the same database (tests pass its path to them as DATABASE_URL). One per test run.
@@ -22,3 +29,15 @@ from project.settings import BASE_DIR, DATABASES  # noqa: E402
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test-{_os.getpid()}.sqlite3")}
     (BASE_DIR / "var").mkdir(exist_ok=True)
+
+# The project's cache is a Redis named at import time; tests must not write to a Redis they did
+# not start, so the cache lives in process memory.
+# A django-redis alias exists for the worker subprocesses that test JOBSAPP["REDIS_CACHE_ALIAS"]
+# (they get the test server's REDIS_URL); nothing in the test process itself uses it.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "jobs-redis": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": _os.environ.get("REDIS_URL", "redis://127.0.0.1:1/0"),
+    },
+}

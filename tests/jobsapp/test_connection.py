@@ -31,7 +31,7 @@ def test_cache_alias_shares_the_cache_pool(redis_server, redis, settings):
 
 def test_worker_configured_by_cache_alias(redis_server, redis):
     Record.perform_async("worker via alias")
-    overrides = {"REDIS_CACHE_ALIAS": "default", "REDIS_URL": "redis://127.0.0.1:1/0"}
+    overrides = {"REDIS_CACHE_ALIAS": "jobs-redis", "REDIS_URL": "redis://127.0.0.1:1/0"}
     with WorkerProcess(["-c", "1"], redis_url=redis_server.url, env={"JOBSAPP_TEST_OVERRIDES": json.dumps(overrides)}):
         wait_until(lambda: redis.llen(RAN_KEY) == 1, message="the job ran through the cache alias")
 
