@@ -8,7 +8,8 @@ at most once however many recoverers race):
   process is gone (its pid is not alive here);
 - thread ``jobsapp.sweeper`` wakes every ~15 s (jittered), takes ``jobsapp:lock:sweep`` (one
   sweeper at a time across all processes), and recovers every list in ``jobsapp:inflight``
-  whose owner's heartbeat key has expired. Liveness is the Redis TTL (server time), so clock
+  whose owner's heartbeat key has expired, and drops such owners from ``processes``.
+  Liveness is the Redis TTL (server time), so clock
   skew between hosts cannot make a live process look dead. A sweeper sweeps only after its own
   heartbeat has succeeded twice in a row, so after a Redis outage every live process has had
   time to beat again before anyone decides who is dead.
@@ -221,6 +222,18 @@ class Sweeper:
             except redis.ResponseError as exc:
                 logger.warning("sweeper: Redis refused (%s)", exc)
 
+    def _prune_processes(self) -> None:
+        """Drop identities whose heartbeat expired from ``processes`` (Sidekiq's ProcessSet cleanup)."""
+        identities = list(self.client.smembers(keys.PROCESSES))
+        if not identities:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for identity in identities:
+            pipe.exists(keys.process(as_text(identity)))
+        gone = [identity for identity, alive in zip(identities, pipe.execute(), strict=True) if not alive]
+        if gone:
+            self.client.srem(keys.PROCESSES, *gone)
+
     def sweep(self) -> int:
         """Recover the lists of every process whose heartbeat has expired; returns jobs moved."""
         if not self.ready():
@@ -238,6 +251,7 @@ class Sweeper:
                     continue
                 requeued, buried = recover_list(self.client, owner)
                 moved += requeued + buried
+            self._prune_processes()
         finally:
             if self.client.get(keys.SWEEP_LOCK) == token.encode():
                 self.client.delete(keys.SWEEP_LOCK)

@@ -184,11 +184,13 @@ def test_orphans_of_a_dead_process_are_swept(redis_server, redis, settings):
     raw = redis.rpop("queue:default")
     redis.lpush("jobsapp:inflight:otherhost:1:abcdefabcdef", raw)
     redis.sadd("jobsapp:inflight", "otherhost:1:abcdefabcdef")
+    redis.sadd("processes", "otherhost:1:abcdefabcdef")
     fast = {"JOBSAPP_TEST_OVERRIDES": '{"HEARTBEAT_INTERVAL_SECONDS": 0.3, "ORPHAN_SWEEP_INTERVAL_SECONDS": 0.5}'}
     with WorkerProcess(["-c", "1"], redis_url=redis_server.url, env=fast):
         wait_until(lambda: redis.llen(RAN_KEY) == 1, timeout_seconds=15, message="the orphan ran")
     assert ran(redis) == ["orphan"]
     assert not redis.sismember("jobsapp:inflight", "otherhost:1:abcdefabcdef")
+    assert not redis.sismember("processes", "otherhost:1:abcdefabcdef")
     assert redis.hget("jobsapp:recoveries", jid) is None  # acked: the counter is dropped
 
 
