@@ -17,16 +17,7 @@ from pathlib import Path
 import pytest
 import redis as redis_lib
 
-pytestmark = [
-    pytest.mark.slow,
-    # Known bug, recorded so it cannot go unnoticed: project/settings.py installs no tracking
-    # middleware, and `manage.py demo` refuses to run without it. Strict: once the settings are
-    # fixed these tests pass, the XPASS fails the run, and this mark must go.
-    pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason="project/settings.py lacks tracking.middleware.Tracking{Client,Server}Middleware in JOBSAPP",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 
