@@ -23,12 +23,12 @@ import json
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import keys
+from .component import Component
 from .connection import CONNECTION_ERRORS
 
 if TYPE_CHECKING:
@@ -62,7 +62,9 @@ def thread_id(ident: int) -> str:
     return text or "0"
 
 
-class Heartbeat:
+class Heartbeat(Component):
+    thread_name = "heartbeat"
+
     def __init__(
         self,
         *,
@@ -75,6 +77,7 @@ class Heartbeat:
         on_signal: Callable[[str], None],
         reliable: bool,
     ) -> None:
+        super().__init__()
         self.client = client
         self.identity = identity
         self.info = info
@@ -85,19 +88,11 @@ class Heartbeat:
         self.on_signal = on_signal
         self.reliable = reliable
         self.consecutive_beats = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._failing = False
 
     def start(self) -> None:
         self.beat()
-        self._thread = threading.Thread(target=self._run, name="jobsapp.heartbeat", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
+        super().start()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_seconds):

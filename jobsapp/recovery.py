@@ -39,6 +39,7 @@ from typing import TypeVar
 import redis
 
 from . import keys
+from .component import Component
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, as_bytes, as_text
 from .errors import JobsError
@@ -182,8 +183,10 @@ def claim_slot(client: redis.Redis, *, hostname: str, slot_number: int, identity
     return previous_identity
 
 
-class Sweeper:
+class Sweeper(Component):
     """Thread ``jobsapp.sweeper``: periodic, locked recovery of dead processes' in-flight lists."""
+
+    thread_name = "sweeper"
 
     def __init__(
         self,
@@ -195,23 +198,13 @@ class Sweeper:
         ready: Callable[[], bool],
         rng: random.Random | None = None,
     ) -> None:
+        super().__init__()
         self.client = client
         self.identity = identity
         self.interval_seconds = interval_seconds
         self.lock_seconds = lock_seconds
         self.ready = ready
         self.rng = rng or random.Random()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="jobsapp.sweeper", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_seconds * self.rng.uniform(0.5, 1.5)):

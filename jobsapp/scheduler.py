@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 
 import redis
 
 from . import faults, keys
 from .backoff import Backoff
+from .component import Component
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS
 from .scripts import script
@@ -32,22 +32,14 @@ logger = logging.getLogger("jobsapp.scheduler")
 MOVE_BATCH = 100
 
 
-class Scheduler:
+class Scheduler(Component):
+    thread_name = "scheduler"
+
     def __init__(self, *, client: redis.Redis, poll_interval_seconds: float, rng: random.Random | None = None) -> None:
+        super().__init__()
         self.client = client
         self.poll_interval_seconds = poll_interval_seconds
         self.rng = rng or random.Random()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="jobsapp.scheduler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
 
     def enqueue_due(self) -> tuple[int, float | None]:
         """Move every due job; returns (moved, seconds until the next one is due or None)."""
