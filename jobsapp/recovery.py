@@ -39,10 +39,11 @@ from typing import TypeVar
 import redis
 
 from . import keys
+from .api.processes import ProcessSet
 from .component import Component
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, as_bytes, as_text
-from .errors import JobsError
+from .errors import JobsError, RedisUnavailable
 from .fetch import UnitOfWork
 from .middleware import notify
 from .payload import RECOVERED_KEY, decode, encode_unchecked, now
@@ -210,22 +211,10 @@ class Sweeper(Component):
         while not self._stop.wait(self.interval_seconds * self.rng.uniform(0.5, 1.5)):
             try:
                 self.sweep()
-            except CONNECTION_ERRORS as exc:  # next round; nothing was half-moved (each move is atomic)
+            except (*CONNECTION_ERRORS, RedisUnavailable) as exc:  # next round; each move is atomic
                 logger.warning("sweeper: Redis unavailable (%s)", exc)
             except redis.ResponseError as exc:
                 logger.warning("sweeper: Redis refused (%s)", exc)
-
-    def _prune_processes(self) -> None:
-        """Drop identities whose heartbeat expired from ``processes`` (Sidekiq's ProcessSet cleanup)."""
-        identities = list(self.client.smembers(keys.PROCESSES))
-        if not identities:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for identity in identities:
-            pipe.exists(keys.process(as_text(identity)))
-        gone = [identity for identity, alive in zip(identities, pipe.execute(), strict=True) if not alive]
-        if gone:
-            self.client.srem(keys.PROCESSES, *gone)
 
     def sweep(self) -> int:
         """Recover the lists of every process whose heartbeat has expired; returns jobs moved."""
@@ -244,7 +233,7 @@ class Sweeper(Component):
                     continue
                 requeued, buried = recover_list(self.client, owner)
                 moved += requeued + buried
-            self._prune_processes()
+            ProcessSet.cleanup()  # as Sidekiq's Web UI does: dead identities leave ``processes``
         finally:
             if self.client.get(keys.SWEEP_LOCK) == token.encode():
                 self.client.delete(keys.SWEEP_LOCK)
