@@ -53,6 +53,9 @@ from .scripts import script
 
 logger = logging.getLogger("jobsapp.recovery")
 
+#: Redis going away mid-sweep (raw, or as the api's documented error).
+SWEEP_ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, RedisUnavailable)
+
 T = TypeVar("T")
 
 
@@ -211,7 +214,7 @@ class Sweeper(Component):
         while not self._stop.wait(self.interval_seconds * self.rng.uniform(0.5, 1.5)):
             try:
                 self.sweep()
-            except (*CONNECTION_ERRORS, RedisUnavailable) as exc:  # next round; each move is atomic
+            except SWEEP_ERRORS as exc:  # next round; each move is atomic, nothing was half-moved
                 logger.warning("sweeper: Redis unavailable (%s)", exc)
             except redis.ResponseError as exc:
                 logger.warning("sweeper: Redis refused (%s)", exc)
