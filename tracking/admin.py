@@ -91,6 +91,33 @@ class TaskAdmin(admin.ModelAdmin):
     inlines = [ProblemEventInline]
     actions = ["retry_errored_jobs"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
+        return super().get_queryset(request).with_counts()  # type: ignore[attr-defined]
+
+    @admin.display(description="enqueue")
+    def enqueue_count(self, task: Task) -> int:
+        return task.counts["enqueue"]
+
+    @admin.display(description="working")
+    def working_count(self, task: Task) -> int:
+        return task.counts["working"]
+
+    @admin.display(description="finish")
+    def finish_count(self, task: Task) -> int:
+        return task.counts["finish"]
+
+    @admin.display(description="failed")
+    def failed_count(self, task: Task) -> int:
+        return task.counts["failed"]
+
+    @admin.display(description="error")
+    def error_count(self, task: Task) -> int:
+        return task.counts["error"]
+
+    @admin.display(description="settled")
+    def settled_count(self, task: Task) -> int:
+        return task.settled_count
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -101,7 +128,7 @@ class TaskAdmin(admin.ModelAdmin):
     @admin.display(description="progress")
     def progress_bar(self, task: Task) -> str:
         percent = round(task.progress * 100, 1)
-        failed = task.failed_count + task.error_count
+        failed = task.counts["failed"] + task.counts["error"]
         return format_html(
             "<div title='{}% settled, {} failed or errored' style='width:8em;height:.9em;background:#eee;"
             "border-radius:3px;overflow:hidden'><div style='width:{}%;height:100%;background:{}'></div></div>",

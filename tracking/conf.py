@@ -21,6 +21,16 @@ DEFAULTS: dict[str, Any] = {
     "MESSAGE_FLUSH_INTERVAL_SECONDS": 1.0,
     # Tasks and events inserted per INSERT statement by Task.objects.launch.
     "LAUNCH_BATCH_SIZE": 500,
+    # Counter rows per task: writers add their deltas to their own shard (tracking.models).
+    "COUNTER_SHARDS": 16,
+    # Worker threads hand their jobs' transitions to one recording thread per process, which
+    # writes them in batches (tracking.writer); False records each one inline, as it happens.
+    "BATCH_WRITES": True,
+    # The most transitions one batch (one transaction) writes.
+    "BATCH_MAX_CHANGES": 500,
+    # How long a job's thread waits for its final status to be committed before going on
+    # (the record is then logged as lost, as with any database error).
+    "BATCH_WAIT_SECONDS": 60.0,
 }
 
 

@@ -32,7 +32,7 @@ from jobsapp import RedisUnavailable, client, registry
 from jobsapp.payload import check_json_native, new_jid
 
 from .conf import tracking_settings
-from .models import Event, Task
+from .models import Event, Task, TaskCounter
 
 if TYPE_CHECKING:
     from jobsapp import Job
@@ -151,13 +151,13 @@ def launch(
             name=name or wire_name,
             owner=owner,
             total=len(jobs),
-            enqueue_count=len(jobs),
             then_class=then.wire_name() if then is not None else "",
             then_args=list(then_args or []),
             created_at=timestamp,
             updated_at=timestamp,
             finished_at=timestamp if not jobs and then is None else None,
         )
+        TaskCounter.objects.create(task=task, shard=recorder.ENQUEUE_SHARD, enqueue=len(jobs), updated_at=timestamp)
         Event.objects.bulk_create(
             [
                 Event(
@@ -190,13 +190,21 @@ def retry_errored(task: Task, *, by: str = "an operator") -> int:
     from . import recorder
 
     by_class: dict[tuple[str, str], list[RecordedJob]] = {}
+    now = timezone.now()
     with transaction.atomic():
-        candidates = Event.objects.filter(task=task, status=recorder.ERROR, is_final=True).order_by("id")
-        for event in candidates.only("job_id", "job_class", "queue", "params"):
-            if recorder.record(event.job_id, recorder.REOPENED, message=f"retried by {by}"):
-                params = event.params or {}
-                job = (event.job_id, list(params.get("args") or []), params.get("kwargs") or None)
-                by_class.setdefault((event.job_class, event.queue), []).append(job)
+        candidates = list(
+            Event.objects.filter(task=task, status=recorder.ERROR, is_final=True)
+            .order_by("id")
+            .values_list("job_id", "job_class", "queue", "params")
+        )
+        # One batch: the events are locked together, in id order, like any writer's.
+        message = f"retried by {by}"
+        reopened = recorder.apply([recorder.Change(job_id, recorder.REOPENED, now, message=message) for job_id, *_ in candidates])
+        for (job_id, job_class, queue, params), changed in zip(candidates, reopened, strict=True):
+            if changed:
+                params = params or {}
+                job = (job_id, list(params.get("args") or []), params.get("kwargs") or None)
+                by_class.setdefault((job_class, queue), []).append(job)
         for (wire_name, queue), jobs in by_class.items():
             transaction.on_commit(partial(push_recorded, task.pk, wire_name, jobs, queue=queue))
     return sum(len(jobs) for jobs in by_class.values())

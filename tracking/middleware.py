@@ -10,6 +10,9 @@ in ``CLIENT_MIDDLEWARE`` so it sees every job of a bulk push.
 then ``finish``, ``failed`` (the job raised ``NoRetryError``/``BusinessFailure``) or ``error`` (any
 other exception: the engine then calls ``on_retry``, back to ``enqueue`` with "waiting for retry
 (n of m)", or ``on_dead``, a final ``error``). ``on_requeue`` records a job put back at shutdown.
+Records go through the process's recording thread (``tracking.writer``): ``working`` is not
+waited for, every later record is, so a job is acknowledged only once its final status is
+committed, and the records of one job are applied in the order they happened.
 
 Both return at once, without a query, for a job whose payload lacks ``use_task_event``. A
 database error while recording is logged and the job goes on: tracking never decides a job's
@@ -23,12 +26,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError
+from django.utils import timezone
 
 from jobsapp import ClientMiddleware, NoRetryError, ServerMiddleware
 
 from . import recorder
 from .launching import recorded_jid_for
 from .progress import EventHandle
+from .writer import record_change
 
 if TYPE_CHECKING:
     import redis
@@ -81,9 +86,9 @@ class TrackingServerMiddleware(ServerMiddleware):
     def call(self, job: Job, item: Item, queue: str, call_next: Callable[[], Any]) -> Any:
         if not is_tracked(item):
             return call_next()
-        handle = EventHandle(item["jid"])
+        handle = EventHandle(item["jid"], item=item)
         job.task_event = handle  # type: ignore[attr-defined]
-        self._safely(handle, self._start, item, handle)
+        self._safely(handle, handle.start)
         try:
             result = call_next()
         except NoRetryError as exc:
@@ -98,22 +103,16 @@ class TrackingServerMiddleware(ServerMiddleware):
         return result
 
     @staticmethod
-    def _start(item: Item, handle: EventHandle) -> None:
-        if handle.start():
-            return
-        if recorder.Event.objects.filter(job_id=item["jid"]).exists():
-            return  # final already: a late duplicate run, which changes nothing
-        # No event: pushed without the client middleware (by Ruby, or before tracking was
-        # installed), or by a transaction not committed yet, whose insert we then wait for.
-        recorder.record_enqueue(item)
-        handle.start()
-
-    @staticmethod
     def _safely(handle: EventHandle, function: Callable[..., Any], *args: Any) -> None:
         try:
             function(*args)
         except DatabaseError:  # the job runs (or ends) as the engine decides; only the record is lost
             logger.exception("tracking: could not record job %s", handle.job_id)
+
+    @staticmethod
+    def _record(item: Item, transition: recorder.Transition, message: str) -> None:
+        """Record one of the engine's decisions, after the job's earlier records."""
+        record_change(recorder.Change(item["jid"], transition, timezone.now(), message=message), wait=True)
 
     def on_retry(
         self,
@@ -126,7 +125,7 @@ class TrackingServerMiddleware(ServerMiddleware):
         run_at: float,
     ) -> None:
         if is_tracked(item):
-            recorder.record(item["jid"], recorder.RETRY_SCHEDULED, message=f"waiting for retry ({retry_count + 1} of {retry_limit})")
+            self._record(item, recorder.RETRY_SCHEDULED, f"waiting for retry ({retry_count + 1} of {retry_limit})")
 
     def on_dead(self, job_class: type[Job] | None, item: Item, exception: BaseException | None, *, reason: str) -> None:
         if not is_tracked(item):
@@ -135,13 +134,13 @@ class TrackingServerMiddleware(ServerMiddleware):
             # Recorded as failed by call() already (then this is a no-op); recorded here when
             # that write was lost.
             text = str(exception) if exception is not None else ""
-            recorder.record(item["jid"], recorder.FAILED_ON_PURPOSE, message=text or DEAD_REASONS[reason])
+            self._record(item, recorder.FAILED_ON_PURPOSE, text or DEAD_REASONS[reason])
             return
         message = DEAD_REASONS.get(reason, f"not run again: {reason}")
         if exception is not None and reason not in ("retries_exhausted", "retry_disabled", "no_retry"):
             message = f"{message} ({describe(exception)})"
-        recorder.record(item["jid"], recorder.DEAD, message=message)
+        self._record(item, recorder.DEAD, message)
 
     def on_requeue(self, item: Item, *, reason: str) -> None:
         if is_tracked(item):
-            recorder.record(item["jid"], recorder.REQUEUED, message=f"requeued unfinished ({reason})")
+            self._record(item, recorder.REQUEUED, f"requeued unfinished ({reason})")

@@ -1,16 +1,24 @@
 """Task and Event: one user action and the life of each of its jobs.
 
-A ``Task`` groups the jobs one user action started (sign 200 products up, import a file). It keeps
-a denormalized count of its events per status, plus ``settled_count`` (events that will not change
-again), so the summary a frontend polls is one primary-key read however many jobs the task has.
-``revision`` goes up on every change of those counts: it is the summary's ETag.
+A ``Task`` groups the jobs one user action started (sign 200 products up, import a file). Its
+counts per status live off the task row, in ``TaskCounter`` shards: each writer (a worker
+process's recording thread, or a thread recording inline) adds its deltas to its own shard row,
+so thousands of jobs a second never queue on one row lock (PostgreSQL) and a transaction touches
+one small row per task (SQLite). A task has at most ``TRACKING["COUNTER_SHARDS"]`` counter rows,
+and ``Task.objects.with_counts()`` sums them in the same query that reads the task: the summary
+a frontend polls is one small query however many events the task has. Shard 0 takes what the
+enqueue side adds (launch, a joined job, the follow-up job), shards 1.. the transitions.
+
+The summary's ETag is the task row's ``revision`` (total, finish) plus the sum of the shards'
+``changes`` (every event change adds one): both only grow, so any change gives a new ETag.
 
 An ``Event`` is one job (``job_id`` is the jid). ``status`` is one of the documents' five;
 ``is_final`` tells a settled ``error`` (retries exhausted, dead) from a crash the engine is about to
-retry. ``revision`` is the event's compare-and-swap token: every change is
-``UPDATE ... WHERE id = %s AND revision = %s``, so two copies of a job racing (at-least-once
-delivery) can never both apply a transition, and the task counts move by exactly the rows changed.
-The rules of which transition is allowed from where live in ``tracking.recorder``.
+retry. ``revision`` counts the event's changes. Every change is decided on the event row read
+under the writer's lock (SQLite's one writer, PostgreSQL's ``FOR UPDATE``), so two copies of a job
+racing (at-least-once delivery) can never both apply a transition, and the counts move in the same
+transaction by exactly the events changed. The rules of which transition is allowed from where,
+and how writes are batched, live in ``tracking.recorder`` and ``tracking.writer``.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Max, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 if TYPE_CHECKING:
@@ -39,8 +49,10 @@ class EventStatus(models.TextChoices):
     ERROR = "error", "error"
 
 
-#: Status name -> the Task column that counts events in that status.
-COUNT_FIELDS: dict[str, str] = {status.value: f"{status.value}_count" for status in EventStatus}
+#: Status name -> the TaskCounter column that counts events in that status.
+COUNT_FIELDS: dict[str, str] = {status.value: status.value for status in EventStatus}
+#: Every summed TaskCounter column: the five statuses, settled events, and changes (for the ETag).
+TALLY_FIELDS: tuple[str, ...] = (*COUNT_FIELDS.values(), "settled", "changes")
 
 
 class TaskStatus(models.TextChoices):
@@ -49,7 +61,14 @@ class TaskStatus(models.TextChoices):
     FINISHED = "finished", "finished"
 
 
-class TaskManager(models.Manager["Task"]):
+class TaskQuerySet(models.QuerySet["Task"]):
+    def with_counts(self) -> TaskQuerySet:
+        """Each task with its counter shards summed in the same query (``tally_<field>``)."""
+        sums: dict[str, Any] = {f"tally_{field}": Coalesce(Sum(f"counters__{field}"), 0) for field in TALLY_FIELDS}
+        return self.annotate(**sums, tally_updated_at=Max("counters__updated_at"))
+
+
+class TaskManager(models.Manager.from_queryset(TaskQuerySet)):  # type: ignore[misc]
     def launch(
         self,
         job_class: type[Job],
@@ -73,13 +92,7 @@ class Task(models.Model):
     name = models.CharField(max_length=255, help_text="What the task does; by default its job class.")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="tracked_tasks")
     total = models.PositiveIntegerField(default=0)
-    enqueue_count = models.PositiveIntegerField(default=0)
-    working_count = models.PositiveIntegerField(default=0)
-    finish_count = models.PositiveIntegerField(default=0)
-    failed_count = models.PositiveIntegerField(default=0)
-    error_count = models.PositiveIntegerField(default=0)
-    settled_count = models.PositiveIntegerField(default=0, help_text="Events that will not change again.")
-    revision = models.PositiveBigIntegerField(default=0)
+    revision = models.PositiveBigIntegerField(default=0, help_text="Changes of this row (total, finish).")
     # A job pushed into this task once every other job has settled (an export's assembly step).
     then_class = models.CharField(max_length=255, blank=True, default="")
     then_args = models.JSONField(default=list, blank=True)
@@ -98,6 +111,42 @@ class Task(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.id})"
 
+    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        """Reload the row, and the counts on next use (annotated ones are dropped as stale)."""
+        super().refresh_from_db(*args, **kwargs)
+        for name in [name for name in self.__dict__ if name.startswith("tally_") or name == "_tally"]:
+            del self.__dict__[name]
+
+    @property
+    def tally(self) -> dict[str, Any]:
+        """The summed counter shards: from ``with_counts()`` when the task was read with it, else
+        read once (one aggregate query) and kept until ``refresh_from_db``."""
+        tally = self.__dict__.get("_tally")
+        if tally is None:
+            if "tally_changes" in self.__dict__:
+                tally = {field: self.__dict__[f"tally_{field}"] for field in (*TALLY_FIELDS, "updated_at")}
+            else:
+                sums: dict[str, Any] = {field: Coalesce(Sum(field), 0) for field in TALLY_FIELDS}
+                tally = TaskCounter.objects.filter(task_id=self.pk).aggregate(**sums, updated_at=Max("updated_at"))
+            self.__dict__["_tally"] = tally
+        return tally
+
+    @property
+    def counts(self) -> dict[str, int]:
+        tally = self.tally
+        return {status: int(tally[field]) for status, field in COUNT_FIELDS.items()}
+
+    @property
+    def settled_count(self) -> int:
+        """Events that will not change again (finished, failed on purpose, dead)."""
+        return int(self.tally["settled"])
+
+    @property
+    def last_updated_at(self) -> Any:
+        """When the task or any of its events last changed."""
+        counted = self.tally["updated_at"]
+        return max(self.updated_at, counted) if counted is not None else self.updated_at
+
     @property
     def status(self) -> str:
         if self.finished_at is not None:
@@ -105,10 +154,6 @@ class Task(models.Model):
         if self.started_at is not None or self.settled_count:
             return TaskStatus.RUNNING
         return TaskStatus.PENDING
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return {status: getattr(self, field) for status, field in COUNT_FIELDS.items()}
 
     @property
     def progress(self) -> float:
@@ -119,7 +164,33 @@ class Task(models.Model):
 
     @property
     def etag(self) -> str:
-        return f'"{self.id}.{self.revision}"'
+        return f'"{self.id}.{self.revision + int(self.tally["changes"])}"'
+
+
+class TaskCounter(models.Model):
+    """One shard of a task's counts: deltas added by one writer (see the module header).
+
+    A shard's columns may go negative (an event enqueued in shard 0 starts working in shard 3);
+    only their sums over the task mean something.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="counters", db_index=False)
+    shard = models.PositiveSmallIntegerField()
+    enqueue = models.BigIntegerField(default=0)
+    working = models.BigIntegerField(default=0)
+    finish = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    error = models.BigIntegerField(default=0)
+    settled = models.BigIntegerField(default=0, help_text="Events that will not change again.")
+    changes = models.BigIntegerField(default=0, help_text="Event changes counted here (part of the ETag).")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "shard"], name="tracking_counter_task_shard")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} shard {self.shard}"
 
 
 class Event(models.Model):

@@ -1,11 +1,13 @@
 """The handle a running tracked job reports through: ``self.task_event`` on the job instance.
 
 Built by the tracking server middleware for each run of a tracked job, used only by the
-processor thread running it (and any thread the job starts: it is locked). Progress messages are
-buffered and written at most once per ``MESSAGE_FLUSH_INTERVAL_SECONDS``; whatever is left goes
-out in the same write as the job's final status, so a job that reports every row of a chunk costs
-one query per second, not one per row. If the worker dies, unwritten messages are lost; the
-event's status is not.
+processor thread running it (and any thread the job starts: it is locked). Every record goes
+through ``tracking.writer.record_change``: ``working`` and progress messages are handed to the
+process's recording thread without waiting, the final status waits for its commit (see
+``tracking.writer`` for why). Progress messages are buffered and handed over at most once per
+``MESSAGE_FLUSH_INTERVAL_SECONDS``; whatever is left goes out in the same write as the job's final
+status, so a job that reports every row of a chunk costs one write per second, not one per row.
+If the worker dies, unwritten messages are lost; the event's status is not.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
+
+from django.utils import timezone
 
 from . import recorder
 from .conf import tracking_settings
+from .writer import record_change
 
 
 class EventHandle:
@@ -25,10 +31,12 @@ class EventHandle:
         self,
         job_id: str,
         *,
+        item: dict[str, Any] | None = None,
         flush_interval_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.job_id = job_id
+        self.item = item
         self.flush_interval_seconds = (
             tracking_settings.MESSAGE_FLUSH_INTERVAL_SECONDS if flush_interval_seconds is None else flush_interval_seconds
         )
@@ -37,10 +45,13 @@ class EventHandle:
         self._buffer: list[recorder.MessageEntry] = []
         self._last_flush = clock()
 
-    def start(self) -> bool:
-        """Record ``working``; False when the event is final already (a late duplicate) or missing."""
+    def start(self) -> bool | None:
+        """Record ``working`` (recording the job's enqueue first if its event is missing: a job
+        pushed by Ruby, or before tracking was installed). Not waited for: None, unless recorded
+        inline (False when the event is final already: a late duplicate)."""
         self._last_flush = self._clock()
-        return recorder.record(self.job_id, recorder.START)
+        change = recorder.Change(self.job_id, recorder.START, timezone.now(), item=self.item)
+        return record_change(change, wait=False)
 
     def add_message(self, message: str) -> None:
         """Append a progress message ("row 3,412 of 10,000"); written in batches."""
@@ -51,14 +62,17 @@ class EventHandle:
             self.flush()
 
     def flush(self) -> None:
-        """Write the buffered messages now (one query pair), keeping the status."""
+        """Hand the buffered messages to the writer now, keeping the status."""
         entries = self._take()
         if entries:
-            recorder.record(self.job_id, recorder.MESSAGES_ONLY, entries=entries)
+            change = recorder.Change(self.job_id, recorder.MESSAGES_ONLY, timezone.now(), entries=entries)
+            record_change(change, wait=False)
 
-    def end(self, transition: recorder.Transition, message: str | None = None) -> bool:
-        """Record how the run ended, with the buffered messages, in one write."""
-        return recorder.record(self.job_id, transition, entries=self._take(), message=message)
+    def end(self, transition: recorder.Transition, message: str | None = None) -> bool | None:
+        """Record how the run ended, with the buffered messages, in one write; returns once it is
+        committed (so before the engine acknowledges the job)."""
+        change = recorder.Change(self.job_id, transition, timezone.now(), message=message, entries=self._take())
+        return record_change(change, wait=True)
 
     def _take(self) -> list[recorder.MessageEntry]:
         with self._lock:

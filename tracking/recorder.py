@@ -1,44 +1,59 @@
 """Recording the life of a tracked job: every event transition, idempotent under duplicates.
 
-Called from the pushing thread (``enqueue``, through the client middleware and ``launching``) and
-from worker processor threads (everything else, through the server middleware and its hooks).
-Touches the database only, never Redis.
+Called from the pushing thread (``enqueue``, through the client middleware and ``launching``), from
+a worker process's recording thread (``tracking.writer``: batches of the processor threads'
+transitions) and inline from any thread that records inside its own transaction (tests, the
+admin). Touches the database only, never Redis.
 
 One table says which transition may start from which ``(status, is_final)``; a transition that is
 not allowed is a no-op that returns False. That is what makes recording idempotent: a job that
 runs twice (at-least-once delivery) finds its event already ``working`` or already final, and a
 late duplicate can never move a final event (``finish``, ``failed``, a dead ``error``) backwards.
 
-Each transition is a compare-and-swap inside one transaction:
+``apply(changes)`` applies a batch of transitions (one, or a writer's few hundred) in one
+transaction with a fixed number of statements, however many events it touches:
 
-    SELECT status, is_final, messages, revision FROM event WHERE job_id = %s
-    UPDATE event SET ... , revision = revision + 1 WHERE id = %s AND revision = %s
-    UPDATE task  SET <old>_count = <old>_count - 1, <new>_count = <new>_count + 1, ...
+    SELECT id, job_id, task_id, status, is_final FROM event WHERE job_id IN (...)  [FOR UPDATE]
+    SELECT messages ... (only for events that get messages)
+    UPDATE event SET status, is_final, attempts, revision, updated_at, messages WHERE id = %s  (executemany)
+    INSERT INTO taskcounter ... ON CONFLICT (task, shard) DO UPDATE SET x = x + excluded.x  (one row per task)
+    UPDATE task ... (only when a task starts, reopens or may have finished)
 
-The task counts move only when the event UPDATE changed a row, so they always equal the events'
-statuses. On SQLite the transaction is ``BEGIN IMMEDIATE`` (settings), so the swap cannot miss; on
-PostgreSQL two racing copies serialize on the event row and the loser re-reads and re-decides.
-Rows are always locked event first, then task, so transitions never deadlock.
+The events are read under the writer's lock (SQLite: ``BEGIN IMMEDIATE``, the one writer;
+PostgreSQL: ``FOR UPDATE`` in id order), so each transition is decided on the row it changes and
+the counts move by exactly the events changed, in the same transaction: they always equal what
+the events say. Locks are always taken events, then counter shards, then the task row (the
+enqueue side takes the task row, then a new event, then shard 0, which only it uses), so writers
+never deadlock.
 
-When the last event of a task settles, the same ``UPDATE task`` sets ``finished_at`` (only once:
-``WHERE finished_at IS NULL``), or, when the task has a follow-up job (``then_class``), adds that
-job to the task and pushes it after commit.
+A task is finished once its settled events reach its total. The check runs inside the
+transaction that settled an event (exact on SQLite: one writer at a time) and, on PostgreSQL,
+again after commit, because two processes settling the last two events concurrently each see
+only their own: the one that commits last sees both after its commit. A check that finds the task
+complete locks the task row and re-reads before writing ``finished_at`` (once: ``WHERE
+finished_at IS NULL``), or, when the task has a follow-up job (``then_class``), adds that job to
+the task and pushes it after commit. A duplicate run that finds its event already final checks
+again, which covers a process that died between its commit and that check.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, models, transaction
-from django.db.models import Case, F, Value, When
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from .models import COUNT_FIELDS, Event, EventStatus, Task
+from .conf import tracking_settings
+from .models import COUNT_FIELDS, TALLY_FIELDS, Event, EventStatus, Task, TaskCounter
 
 logger = logging.getLogger("tracking.recorder")
 
@@ -51,9 +66,8 @@ FINISH = EventStatus.FINISH.value
 FAILED = EventStatus.FAILED.value
 ERROR = EventStatus.ERROR.value
 
-#: A compare-and-swap that lost this many races in a row gives up (logged); it never happens
-#: unless many copies of one job run at once.
-SWAP_ATTEMPTS = 8
+#: The counter shard of the enqueue side (launch, a job joining a task, the follow-up job).
+ENQUEUE_SHARD = 0
 
 _NOT_FINAL = frozenset((status, False) for status in (ENQUEUE, WORKING, ERROR))
 _ANY = frozenset((status.value, final) for status in EventStatus for final in (False, True))
@@ -90,8 +104,52 @@ REOPENED = Transition("reopen", ENQUEUE, False, frozenset({(ERROR, True)}))
 MESSAGES_ONLY = Transition("messages", None, False, _ANY)
 
 
+@dataclass(slots=True)
+class Change:
+    """One transition to apply to the event of ``job_id``, stamped when it happened.
+
+    ``entries`` (already stamped, e.g. buffered progress lines) and then ``message`` (stamped
+    ``at``, with the new status) are appended to the event's messages. ``item`` is the job's
+    payload when the event may not exist yet (a job pushed without the client middleware, by
+    Ruby or before tracking was installed): the event is then recorded before the transition.
+    """
+
+    job_id: str
+    transition: Transition
+    at: datetime
+    message: str | None = None
+    entries: Sequence[MessageEntry] = ()
+    item: Item | None = None
+
+
+@dataclass(slots=True)
+class _EventState:
+    id: int
+    task_id: str
+    status: str
+    final: bool
+    was: tuple[str, bool]
+    changes: int = 0
+    attempts: int = 0
+    messages: list[MessageEntry] | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class _TaskDelta:
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TALLY_FIELDS, 0))
+    started: bool = False
+    reopened: bool = False
+
+
 def message_entry(status: str, message: str, *, at: datetime | None = None) -> MessageEntry:
     return {"at": (at or timezone.now()).isoformat(), "status": status, "message": str(message)}
+
+
+def thread_shard() -> int:
+    """The counter shard of the calling thread (1..COUNTER_SHARDS-1): spread by process and thread."""
+    shards = max(2, int(tracking_settings.COUNTER_SHARDS))
+    return 1 + hash((os.getpid(), threading.get_ident())) % (shards - 1)
 
 
 def record(
@@ -101,99 +159,224 @@ def record(
     message: str | None = None,
     entries: Sequence[MessageEntry] = (),
     now: datetime | None = None,
+    item: Item | None = None,
 ) -> bool:
-    """Apply ``transition`` to the event of ``job_id``; True when the event changed.
+    """Apply ``transition`` to the event of ``job_id`` now, in the caller's thread (and in its
+    transaction, if any); True when the event changed.
 
-    ``entries`` (already stamped, e.g. buffered progress lines) and then ``message`` (stamped now,
-    with the new status) are appended to the event's messages in the same write. False when there
-    is no such event or the transition is not allowed from its current state: nothing is written.
+    False when there is no such event or the transition is not allowed from its current state:
+    nothing is written.
     """
-    timestamp = now or timezone.now()
-    for _attempt in range(SWAP_ATTEMPTS):
-        with transaction.atomic():
-            row = (
-                Event.objects.filter(job_id=job_id)
-                .values_list(
-                    "id",
-                    "task_id",
-                    "status",
-                    "is_final",
-                    "messages",
-                    "revision",
-                    "task__then_class",
-                    "task__then_queued",
-                )
-                .first()
-            )
-            if row is None:
-                return False
-            event_id, task_id, status, is_final, messages, revision, then_class, then_queued = row
-            if (status, is_final) not in transition.allowed:
-                return False
-            new_status = transition.to_status or status
-            new_final = transition.to_final if transition.to_status else is_final
-            added = list(entries)
-            if message is not None:
-                added.append(message_entry(new_status, message, at=timestamp))
-            changes: dict[str, Any] = {"revision": F("revision") + 1, "updated_at": timestamp}
-            if added:
-                changes["messages"] = [*(messages or []), *added]
-            if transition.to_status:
-                changes["status"] = new_status
-                changes["is_final"] = new_final
-            if transition.counts_attempt:
-                changes["attempts"] = F("attempts") + 1
-            if not Event.objects.filter(id=event_id, revision=revision).update(**changes):
-                continue  # another copy of the job changed the event first: re-read and re-decide
-            _move_counts(
-                task_id,
-                (status, is_final),
-                (new_status, new_final),
-                timestamp,
-                follow_up_pending=bool(then_class) and not then_queued,
-            )
-            return True
-    logger.warning("event %s: gave up %s after %d lost races", job_id, transition.name, SWAP_ATTEMPTS)
-    return False
+    change = Change(job_id, transition, now or timezone.now(), message=message, entries=entries, item=item)
+    return apply([change])[0]
 
 
-def _move_counts(
-    task_id: str,
-    old: tuple[str, bool],
-    new: tuple[str, bool],
-    timestamp: datetime,
-    *,
-    follow_up_pending: bool,
-) -> None:
-    """Move the task's counts by one event going from ``old`` to ``new`` (in the caller's transaction)."""
-    (old_status, old_final), (new_status, new_final) = old, new
-    if old == new:
-        return
-    changes: dict[str, Any] = {"revision": F("revision") + 1, "updated_at": timestamp}
-    if old_status != new_status:
-        changes[COUNT_FIELDS[old_status]] = F(COUNT_FIELDS[old_status]) - 1
-        changes[COUNT_FIELDS[new_status]] = F(COUNT_FIELDS[new_status]) + 1
-    if new_status == WORKING:
-        changes["started_at"] = Coalesce(F("started_at"), Value(timestamp, output_field=models.DateTimeField()))
-    settled_delta = int(new_final) - int(old_final)
-    if settled_delta:
-        changes["settled_count"] = F("settled_count") + settled_delta
-    if settled_delta > 0 and not follow_up_pending:
-        # The SET expressions see the row before this UPDATE: settled_count + 1 >= total means
-        # this event was the last one, and exactly one transaction can see that.
-        changes["finished_at"] = Case(
-            When(
-                finished_at__isnull=True,
-                settled_count__gte=F("total") - settled_delta,
-                then=Value(timestamp, output_field=models.DateTimeField()),
-            ),
-            default=F("finished_at"),
+def apply(changes: Sequence[Change], *, shard: int | None = None) -> list[bool]:
+    """Apply ``changes`` in order, in one transaction (the caller's, if it has one); for each,
+    True when it changed its event. Counts move in ``shard`` (default: the thread's)."""
+    if not changes:
+        return []
+    with transaction.atomic():
+        results, recheck = _apply(changes, thread_shard() if shard is None else shard)
+        if recheck:
+            transaction.on_commit(lambda: settle_check(recheck))
+    return results
+
+
+def _apply(changes: Sequence[Change], shard: int) -> tuple[list[bool], set[str]]:
+    job_ids = list(dict.fromkeys(change.job_id for change in changes))
+    states = _read_states(job_ids)
+    missing = [change.item for change in changes if change.job_id not in states and change.item is not None]
+    if missing:
+        for item in {str(item["jid"]): item for item in missing}.values():
+            record_enqueue(item)
+        states.update(_read_states([str(item["jid"]) for item in missing]))
+    wanted = [change.job_id for change in changes if (change.message is not None or change.entries) and change.job_id in states]
+    if wanted:
+        for job_id, messages in Event.objects.filter(job_id__in=set(wanted)).values_list("job_id", "messages"):
+            states[job_id].messages = list(messages or [])
+
+    results: list[bool] = []
+    final_seen: set[str] = set()
+    for change in changes:
+        state = states.get(change.job_id)
+        transition = change.transition
+        if state is None or (state.status, state.final) not in transition.allowed:
+            if state is not None and state.final:
+                final_seen.add(state.task_id)  # a late duplicate: see settle_check
+            results.append(False)
+            continue
+        if transition.to_status is not None:
+            state.status, state.final = transition.to_status, transition.to_final
+        added = list(change.entries)
+        if change.message is not None:
+            added.append(message_entry(state.status, change.message, at=change.at))
+        if added:
+            state.messages = [*(state.messages or []), *added]
+        state.attempts += int(transition.counts_attempt)
+        state.changes += 1
+        state.updated_at = change.at
+        results.append(True)
+
+    changed = [state for state in states.values() if state.changes]
+    now = max((change.at for change in changes), default=timezone.now())
+    if changed:
+        _write_events(changed)
+        deltas = _count_deltas(changed)
+        _add_counts(deltas, shard, now)
+        _touch_tasks(deltas, now)
+        settling = {task_id for task_id, delta in deltas.items() if delta.counts["settled"] > 0}
+    else:
+        settling = set()
+    to_check = settling | final_seen
+    unfinished = _settle(to_check, now) if to_check else set()
+    # On SQLite the check above saw every committed write (one writer at a time); elsewhere a
+    # concurrent transaction may settle the rest and commit first: check again after commit.
+    recheck = unfinished if connection.vendor != "sqlite" else set()
+    return results, recheck
+
+
+def _read_states(job_ids: Sequence[str]) -> dict[str, _EventState]:
+    """The events of ``job_ids``, locked for this transaction where the database locks rows."""
+    if not job_ids:
+        return {}
+    table = connection.ops.quote_name(Event._meta.db_table)
+    placeholders = ", ".join(["%s"] * len(job_ids))
+    # Identifiers from model metadata only; every value is a parameter.
+    sql = f"SELECT id, job_id, task_id, status, is_final FROM {table} WHERE job_id IN ({placeholders})"  # noqa: S608
+    if connection.features.has_select_for_update:
+        sql += " ORDER BY id FOR UPDATE"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, list(job_ids))
+        rows = cursor.fetchall()
+    return {
+        job_id: _EventState(event_id, task_id, status, bool(final), (status, bool(final)))
+        for event_id, job_id, task_id, status, final in rows
+    }
+
+
+def _write_events(changed: Sequence[_EventState]) -> None:
+    table = connection.ops.quote_name(Event._meta.db_table)
+    json_cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    sql = (
+        f"UPDATE {table} SET status = %s, is_final = %s, attempts = attempts + %s, revision = revision + %s, "  # noqa: S608
+        f"updated_at = %s, messages = COALESCE(%s{json_cast}, messages) WHERE id = %s"
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    rows = [
+        (
+            state.status,
+            state.final,
+            state.attempts,
+            state.changes,
+            adapt(state.updated_at),
+            None if state.messages is None else json.dumps(state.messages),
+            state.id,
         )
-    elif settled_delta < 0:
-        changes["finished_at"] = None
-    Task.objects.filter(pk=task_id).update(**changes)
-    if settled_delta > 0 and follow_up_pending:
-        queue_follow_up(task_id, now=timestamp)
+        for state in changed
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+
+
+def _count_deltas(changed: Sequence[_EventState]) -> dict[str, _TaskDelta]:
+    deltas: dict[str, _TaskDelta] = {}
+    for state in changed:
+        delta = deltas.setdefault(state.task_id, _TaskDelta())
+        counts = delta.counts
+        (old_status, old_final) = state.was
+        if old_status != state.status:
+            counts[COUNT_FIELDS[old_status]] -= 1
+            counts[COUNT_FIELDS[state.status]] += 1
+        counts["settled"] += int(state.final) - int(old_final)
+        counts["changes"] += state.changes
+        delta.started = delta.started or state.attempts > 0
+        delta.reopened = delta.reopened or (old_final and not state.final)
+    return deltas
+
+
+def add_counts(task_id: str, shard: int, now: datetime, **counts: int) -> None:
+    """Add ``counts`` (TaskCounter columns) to the task's ``shard`` row, creating it if needed."""
+    delta = _TaskDelta()
+    delta.counts.update(counts)
+    _add_counts({task_id: delta}, shard, now)
+
+
+def _add_counts(deltas: dict[str, _TaskDelta], shard: int, now: datetime) -> None:
+    table = connection.ops.quote_name(TaskCounter._meta.db_table)
+    columns = [connection.ops.quote_name(name) for name in TALLY_FIELDS]
+    sql = (
+        f"INSERT INTO {table} (task_id, shard, {', '.join(columns)}, updated_at) "  # noqa: S608
+        f"VALUES (%s, %s, {', '.join(['%s'] * len(columns))}, %s) "
+        f"ON CONFLICT (task_id, shard) DO UPDATE SET "
+        + ", ".join(f"{column} = {table}.{column} + excluded.{column}" for column in columns)
+        + ", updated_at = excluded.updated_at"
+    )
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    rows = [(task_id, shard, *(delta.counts[name] for name in TALLY_FIELDS), stamp) for task_id, delta in sorted(deltas.items())]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+
+
+#: Tasks this process has seen started (their started_at is set): not written again.
+_started: set[str] = set()
+
+
+def _touch_tasks(deltas: dict[str, _TaskDelta], now: datetime) -> None:
+    """The task-row side of a batch: started_at once per task, finished_at cleared on a reopen."""
+    starting = [task_id for task_id, delta in deltas.items() if delta.started and task_id not in _started]
+    if starting:
+        Task.objects.filter(pk__in=starting, started_at__isnull=True).update(started_at=now)
+        if len(_started) > 10_000:
+            _started.clear()
+        transaction.on_commit(lambda: _started.update(starting))
+    reopened = [task_id for task_id, delta in deltas.items() if delta.reopened]
+    if reopened:
+        Task.objects.filter(pk__in=reopened).update(finished_at=None, revision=F("revision") + 1, updated_at=now)
+
+
+def _settled_sum() -> Subquery:
+    return Subquery(TaskCounter.objects.filter(task_id=OuterRef("pk")).values("task_id").annotate(total=Sum("settled")).values("total"))
+
+
+def _progress(task_ids: Iterable[str]) -> list[tuple[str, int, int, str, bool]]:
+    """(id, total, settled, then_class, then_queued) of the unfinished tasks among ``task_ids``."""
+    return list(
+        Task.objects.filter(pk__in=list(task_ids), finished_at__isnull=True)
+        .annotate(settled=Coalesce(_settled_sum(), 0))
+        .values_list("pk", "total", "settled", "then_class", "then_queued")
+    )
+
+
+def _settle(task_ids: Iterable[str], now: datetime) -> set[str]:
+    """Finish (or add the follow-up job to) each of ``task_ids`` whose events have all settled, in
+    the caller's transaction; returns the ones still unfinished."""
+    unfinished: set[str] = set()
+    for task_id, total, settled, then_class, then_queued in _progress(task_ids):
+        if settled < total:
+            unfinished.add(task_id)
+            continue
+        if connection.features.has_select_for_update:
+            # Complete as far as this transaction sees: lock the row, then look again (a new
+            # statement sees whatever committed meanwhile: a job joining, a reopen). SQLite has
+            # nothing to lock: this transaction is its one writer.
+            list(Task.objects.select_for_update().filter(pk=task_id).values_list("pk"))
+            again = _progress([task_id])
+            if not again or again[0][2] < again[0][1]:
+                unfinished.update(row[0] for row in again)
+                continue
+            _, total, settled, then_class, then_queued = again[0]
+        if then_class and not then_queued:
+            queue_follow_up(task_id, now=now)
+        else:
+            Task.objects.filter(pk=task_id, finished_at__isnull=True).update(finished_at=now, revision=F("revision") + 1, updated_at=now)
+    return unfinished
+
+
+def settle_check(task_ids: Iterable[str], *, now: datetime | None = None) -> None:
+    """Finish the tasks among ``task_ids`` whose events have all settled (own transaction)."""
+    with transaction.atomic():
+        _settle(task_ids, now or timezone.now())
 
 
 def queue_follow_up(task_id: str, *, now: datetime | None = None) -> str | None:
@@ -207,18 +390,17 @@ def queue_follow_up(task_id: str, *, now: datetime | None = None) -> str | None:
     from .launching import push_recorded
 
     timestamp = now or timezone.now()
-    claimed = (
-        Task.objects.filter(pk=task_id, then_queued=False, settled_count__gte=F("total"))
+    due = list(
+        Task.objects.filter(pk=task_id, then_queued=False)
         .exclude(then_class="")
-        .update(
-            then_queued=True,
-            total=F("total") + 1,
-            enqueue_count=F("enqueue_count") + 1,
-            revision=F("revision") + 1,
-            updated_at=timestamp,
-        )
+        .annotate(settled=Coalesce(_settled_sum(), 0))
+        .filter(settled__gte=F("total"))
+        .values_list("pk", flat=True)
     )
-    if not claimed:
+    # The claim: of racing callers, the one whose UPDATE still finds then_queued false wins.
+    if not due or not Task.objects.filter(pk=task_id, then_queued=False).update(
+        then_queued=True, total=F("total") + 1, revision=F("revision") + 1, updated_at=timestamp
+    ):
         return None
     then_class, then_args = Task.objects.values_list("then_class", "then_args").get(pk=task_id)
     job_id = new_jid()
@@ -231,6 +413,7 @@ def queue_follow_up(task_id: str, *, now: datetime | None = None) -> str | None:
         created_at=timestamp,
         updated_at=timestamp,
     )
+    add_counts(task_id, ENQUEUE_SHARD, timestamp, enqueue=1, changes=1)
     transaction.on_commit(lambda: push_recorded(task_id, then_class, [(job_id, list(then_args or []), None)]))
     return job_id
 
@@ -260,7 +443,6 @@ def record_enqueue(item: Item, *, now: datetime | None = None) -> str:
         with transaction.atomic():
             joined = isinstance(task_id, str) and Task.objects.filter(pk=task_id).update(
                 total=F("total") + 1,
-                enqueue_count=F("enqueue_count") + 1,
                 revision=F("revision") + 1,
                 updated_at=timestamp,
                 finished_at=None,
@@ -269,7 +451,6 @@ def record_enqueue(item: Item, *, now: datetime | None = None) -> str:
                 task_id = Task.objects.create(
                     name=str(item.get("class", "")),
                     total=1,
-                    enqueue_count=1,
                     created_at=timestamp,
                     updated_at=timestamp,
                 ).pk
@@ -282,6 +463,7 @@ def record_enqueue(item: Item, *, now: datetime | None = None) -> str:
                 created_at=timestamp,
                 updated_at=timestamp,
             )
+            add_counts(str(task_id), ENQUEUE_SHARD, timestamp, enqueue=1, changes=1)
     except IntegrityError:
         # The event exists (this jid was recorded before, or by a concurrent writer that just
         # committed): the block above was rolled back, so nothing was counted twice.
@@ -294,7 +476,5 @@ def record_enqueue(item: Item, *, now: datetime | None = None) -> str:
 
 def settle_unpushed(job_ids: Iterable[str], reason: str) -> int:
     """Mark recorded events whose job never reached Redis as dead errors; returns how many."""
-    changed = 0
-    for job_id in job_ids:
-        changed += record(job_id, DEAD, message=reason)
-    return changed
+    now = timezone.now()
+    return sum(apply([Change(job_id, DEAD, now, message=reason) for job_id in job_ids]))

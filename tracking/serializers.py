@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from jobsapp.api import redact
 
-from .models import COUNT_FIELDS, Event, Task, TaskStatus
+from .models import Event, Task, TaskStatus
 
 
 class CountsSerializer(serializers.Serializer):
@@ -21,11 +21,12 @@ class CountsSerializer(serializers.Serializer):
 
 
 class TaskSerializer(serializers.ModelSerializer):
-    """A task summary, built from the task row alone (no event is read)."""
+    """A task summary, built from the task row and its summed counter shards (no event is read)."""
 
     status = serializers.ChoiceField(choices=TaskStatus.choices, read_only=True)
     counts = serializers.SerializerMethodField()
     progress = serializers.FloatField(read_only=True, help_text="Settled share of the jobs, 0.0 to 1.0.")
+    updated_at = serializers.DateTimeField(source="last_updated_at", read_only=True)
 
     class Meta:
         model = Task
@@ -34,7 +35,7 @@ class TaskSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(CountsSerializer)
     def get_counts(self, task: Task) -> dict[str, int]:
-        return {status: getattr(task, field) for status, field in COUNT_FIELDS.items()}
+        return task.counts
 
 
 class MessageSerializer(serializers.Serializer):

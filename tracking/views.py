@@ -1,8 +1,9 @@
 """The tracking API (shared/DESIGN.md §5) and the progress page. Thin: read rows, shape them.
 
 Every query is scoped to the caller (``owner = request.user``), so another user's task or event
-answers 404 exactly as a missing one. The task summary is one primary-key read; it carries an
-ETag built from the task's ``revision``, and a repeated ``If-None-Match`` gets 304 while nothing
+answers 404 exactly as a missing one. The task summary is one query: the task row with its few
+counter shards summed (``Task.objects.with_counts()``); it carries an ETag built from the task's
+``revision`` and the shards' change count, and a repeated ``If-None-Match`` gets 304 while nothing
 changed. Event lists are paginated and filtered by ``?status=failed`` (or ``failed,error``) on the
 ``(task, status, id)`` index. All endpoints share one throttle scope, ``TRACKING["API_THROTTLE_RATE"]``.
 """
@@ -81,7 +82,7 @@ class OwnedTasks:
 
     request: Request
 
-    def owned_tasks(self) -> QuerySet[Task]:
+    def owned_tasks(self) -> Any:
         return Task.objects.filter(owner_id=self.request.user.pk)
 
 
@@ -95,13 +96,13 @@ class TaskViewSet(OwnedTasks, viewsets.ReadOnlyModelViewSet):
     lookup_value_regex = "[^/]+"
 
     def get_queryset(self) -> QuerySet[Task]:
-        return self.owned_tasks().order_by("-created_at", "-pk")
+        return self.owned_tasks().with_counts().order_by("-created_at", "-pk")
 
     def get_object(self) -> Task:
         task_id = self.kwargs["pk"]
         if not plausible_id(task_id):
             raise Http404
-        task = self.owned_tasks().filter(pk=task_id).first()
+        task = self.owned_tasks().with_counts().filter(pk=task_id).first()
         if task is None:
             raise Http404
         return task

@@ -39,6 +39,11 @@ def _tracking_middleware(_engine_on_test_redis: None, settings) -> Iterator[None
     middleware.reset_chains()
     yield
     middleware.reset_chains()
+    # Flush and end this process's recording thread (tracking.writer): its database connection
+    # must not outlive the test (PostgreSQL cannot drop a test database someone is connected to).
+    from tracking.writer import stop_writer
+
+    stop_writer()
 
 
 def pop_item(redis, queue: str = "default") -> dict[str, Any]:

@@ -1,0 +1,194 @@
+"""The recording thread: one per worker process, writing its processor threads' transitions in batches.
+
+Thread ``tracking.writer``, started on the first tracked job a process runs (so after
+``runworkers -P`` has forked). Processor threads hand it ``recorder.Change`` objects through
+``record_change``; it takes everything queued (up to ``BATCH_MAX_CHANGES``) and applies it with
+``recorder.apply`` in one transaction, in the order submitted, then takes what queued meanwhile
+(group commit: the busier the process, the bigger the batches). Counts go to this process's own
+counter shard. It keeps its database connection open while busy and closes it when idle.
+
+What waits and what does not, and why no event can stay ``working`` for a job that finished:
+
+- ``working`` (``START``) and progress messages do not wait. If the same job's final status is
+  queued before the batch is written, both go out in one UPDATE (the event never shows
+  ``working``: it was too short to see).
+- A final status (``finish``, ``failed``, ``error``) and the engine's decisions (retry, dead,
+  requeue) wait until their batch is committed before the processor thread goes on. The engine
+  acknowledges a job only after its processor thread returns, so a job whose ack reached Redis
+  has its final status committed. If the process is SIGKILLed first, whatever was queued is lost
+  with it, but those jobs were not acknowledged: they run again (orphan recovery) and record
+  again; a duplicate finds a final event and changes nothing.
+- A batch that fails (a database error) is rolled back as a whole and retried; then its changes
+  are applied one by one, so one bad change cannot lose the others. A change that still fails is
+  logged and its waiting thread gets the error, as with any database error while recording:
+  tracking never decides a job's fate.
+
+A thread already inside a transaction (tests, the admin, a caller recording in its own atomic
+block) records inline instead, so the record commits or rolls back with that transaction; so does
+every thread when ``TRACKING["BATCH_WRITES"]`` is False.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError, connection
+
+from . import recorder
+from .conf import tracking_settings
+
+logger = logging.getLogger("tracking.writer")
+
+#: A connection unused this long is closed (a worker idle for hours holds no database connection).
+IDLE_CLOSE_SECONDS = 5.0
+#: Attempts at one batch before its changes are applied one by one.
+BATCH_ATTEMPTS = 3
+
+
+@dataclass(slots=True)
+class Ticket:
+    change: recorder.Change
+    done: threading.Event | None = None
+    result: bool | None = None
+    error: BaseException | None = field(default=None)
+
+
+class Writer:
+    """Applies submitted changes in batches from one thread; shared by all threads of a process."""
+
+    def __init__(self, *, shard: int | None = None) -> None:
+        shards = max(2, int(tracking_settings.COUNTER_SHARDS))
+        self.pid = os.getpid()
+        self.shard = shard if shard is not None else 1 + self.pid % (shards - 1)
+        self._condition = threading.Condition()
+        self._pending: deque[Ticket] = deque()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.batches = 0
+        self.changes = 0
+
+    def start(self) -> None:
+        with self._condition:
+            if self._thread is None:
+                self._stopping = False
+                self._thread = threading.Thread(target=self._run, name="tracking.writer", daemon=True)
+                self._thread.start()
+
+    def submit(self, change: recorder.Change, *, wait: bool) -> bool | None:
+        """Queue ``change``. With ``wait``, block until it is committed and return whether it
+        changed its event (raising the database error if it could not be written)."""
+        ticket = Ticket(change, threading.Event() if wait else None)
+        with self._condition:
+            if self._thread is None:
+                self.start()
+            self._pending.append(ticket)
+            self._condition.notify()
+        if ticket.done is None:
+            return None
+        if not ticket.done.wait(tracking_settings.BATCH_WAIT_SECONDS):
+            raise DatabaseError(f"tracking: change {change.transition.name} of {change.job_id} not written in time")
+        if ticket.error is not None:
+            raise ticket.error
+        return ticket.result
+
+    def quiet(self) -> None:
+        """Nothing to quiet: submissions are accepted until ``stop``."""
+
+    def stop(self, deadline_seconds: float = 10.0) -> None:
+        """Write what is queued (for up to ``deadline_seconds``), then end the thread."""
+        with self._condition:
+            thread, self._stopping = self._thread, True
+            self._condition.notify()
+        if thread is not None:
+            thread.join(deadline_seconds)
+        with self._condition:
+            self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                if not self._pending and not self._stopping:
+                    self._condition.wait(IDLE_CLOSE_SECONDS)
+                if self._pending:
+                    size = min(len(self._pending), tracking_settings.BATCH_MAX_CHANGES)
+                    batch = [self._pending.popleft() for _ in range(size)]
+                elif self._stopping:
+                    break
+                else:
+                    batch = []
+            if batch:
+                self._write(batch)
+            else:
+                connection.close()  # idle: give the connection back (a no-op when closed already)
+        connection.close()
+
+    def _write(self, batch: list[Ticket]) -> None:
+        changes = [ticket.change for ticket in batch]
+        error: BaseException | None = None
+        for attempt in range(BATCH_ATTEMPTS):
+            try:
+                results = recorder.apply(changes, shard=self.shard)
+            except DatabaseError as exc:  # rolled back as a whole; the jobs go on either way
+                error = exc
+                logger.warning("tracking: batch of %d changes failed (attempt %d): %s", len(batch), attempt + 1, exc)
+                connection.close()
+                time.sleep(0.05 * 2**attempt)
+                continue
+            self._finish(batch, results, None)
+            return
+        if len(batch) == 1:
+            logger.error("tracking: could not record %s of job %s: %s", changes[0].transition.name, changes[0].job_id, error)
+            self._finish(batch, [None], error)
+            return
+        for ticket in batch:  # isolate the change that fails the batch
+            self._write([ticket])
+
+    def _finish(self, batch: list[Ticket], results: list[bool] | list[None], error: BaseException | None) -> None:
+        self.batches += 1
+        self.changes += len(batch)
+        for ticket, result in zip(batch, results, strict=True):
+            ticket.result, ticket.error = result, error
+            if ticket.done is not None:
+                ticket.done.set()
+
+
+_writer: Writer | None = None
+_writer_lock = threading.Lock()
+
+
+def get_writer() -> Writer:
+    """This process's writer (a new one in a forked child: threads do not survive a fork)."""
+    global _writer
+    writer = _writer
+    if writer is None or writer.pid != os.getpid():
+        with _writer_lock:
+            if _writer is None or _writer.pid != os.getpid():
+                _writer = Writer()
+            writer = _writer
+    return writer
+
+
+def stop_writer(deadline_seconds: float = 10.0) -> None:
+    """Write what is queued and end this process's writer thread (at exit; between tests)."""
+    global _writer
+    with _writer_lock:
+        writer, _writer = _writer, None
+    if writer is not None and writer.pid == os.getpid():
+        writer.stop(deadline_seconds)
+
+
+atexit.register(stop_writer, 5.0)
+
+
+def record_change(change: recorder.Change, *, wait: bool) -> bool | None:
+    """Record ``change`` through this process's writer, or inline when the caller is inside a
+    transaction (or batching is off). Returns whether the event changed; None when not waited for."""
+    if not tracking_settings.BATCH_WRITES or connection.in_atomic_block:
+        return recorder.apply([change])[0]
+    return get_writer().submit(change, wait=wait)
