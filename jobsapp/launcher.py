@@ -322,7 +322,14 @@ class Supervisor:
         for slot_number in range(self.options.processes):
             self._spawn(slot_number)
         deadline: float | None = None
-        while self.children:
+        delayed: dict[int, float] = {}  # slot -> monotonic time of its postponed restart
+        while self.children or (delayed and not self.stopping):
+            for slot_number, due in list(delayed.items()):
+                if self.stopping:
+                    delayed.clear()
+                elif due <= time.monotonic():
+                    del delayed[slot_number]
+                    self._spawn(slot_number)
             if self.stopping and deadline is None:
                 deadline = time.monotonic() + self.options.timeout_seconds + 10
             if deadline is not None and time.monotonic() > deadline:
@@ -331,8 +338,10 @@ class Supervisor:
                 deadline = time.monotonic() + 5
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
+            except ChildProcessError:  # no child right now: only postponed restarts are left
+                if not delayed:
+                    break
+                pid, status = 0, 0
             if pid == 0:
                 time.sleep(0.1)
                 continue
@@ -345,9 +354,13 @@ class Supervisor:
             history = [moment for moment in self.restarts.get(slot_number, []) if moment > time.monotonic() - 60]
             history.append(time.monotonic())
             self.restarts[slot_number] = history
-            logger.error("worker process %d in slot %d exited (%s); restarting it", pid, slot_number, code)
             if len(history) > 5:
-                time.sleep(min(30.0, 2.0 ** (len(history) - 5)))
+                # a crash loop: restart this slot later, without holding up the other slots
+                delay_seconds = min(30.0, 2.0 ** (len(history) - 5))
+                logger.error("worker process %d in slot %d exited (%s); restarting it in %.0f s", pid, slot_number, code, delay_seconds)
+                delayed[slot_number] = time.monotonic() + delay_seconds
+                continue
+            logger.error("worker process %d in slot %d exited (%s); restarting it", pid, slot_number, code)
             self._spawn(slot_number)
         return 0
 
