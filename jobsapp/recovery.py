@@ -228,8 +228,12 @@ class Sweeper(Component):
             return 0
         moved = 0
         try:
-            owners = [as_text(member) for member in self.client.smembers(keys.INFLIGHT_INDEX)]
-            for owner in owners:
+            owners = {as_text(member) for member in self.client.smembers(keys.INFLIGHT_INDEX)}
+            # plus lists missing from the index: a process that fetched after the index was lost
+            # (FLUSHDB, a restored backup) and died before its next beat re-registered it
+            prefix = keys.inflight("")
+            owners.update(as_text(key)[len(prefix) :] for key in self.client.scan_iter(match=f"{prefix}*", count=1000))
+            for owner in sorted(owners):
                 if owner == self.identity or self._stop.is_set():
                     continue
                 if self.client.exists(keys.process(owner)):

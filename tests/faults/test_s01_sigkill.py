@@ -175,3 +175,15 @@ def test_orphans_come_back_within_90_seconds_with_production_intervals(redis_ser
     measure("1 sweeper (production intervals)", lost=len(report.lost), duplicates=report.duplicates, recovery_seconds=recovery_seconds)
     report.assert_clean()
     assert recovery_seconds < 90
+
+
+def test_an_in_flight_list_missing_from_the_index_is_still_swept(redis_server, redis, ledger, start_worker):
+    # Given a dead process's in-flight list that never made it into jobsapp:inflight (the index
+    # was flushed after its last heartbeat, then it fetched and died)
+    LedgerJob.perform_async("s1-unindexed", 0)
+    redis.lmove("queue:default", "jobsapp:inflight:ghost:1:0123456789ab", "RIGHT", "LEFT")
+    assert not redis.exists("jobsapp:inflight")
+    # When a live worker's sweeper runs, Then the job comes back and runs
+    with start_worker(["-c", "2"], overrides=FAST_LIVENESS):
+        wait_until(lambda: ledger.hget(DONE, "s1-unindexed"), timeout_seconds=15, message="the unindexed orphan ran")
+    assert not redis.exists("jobsapp:inflight:ghost:1:0123456789ab")
