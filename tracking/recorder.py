@@ -176,14 +176,17 @@ def apply(changes: Sequence[Change], *, shard: int | None = None) -> list[bool]:
     True when it changed its event. Counts move in ``shard`` (default: the thread's)."""
     if not changes:
         return []
+    # Inside the caller's transaction, check for finished tasks there too: its commit may come
+    # much later (or, in a test, never).
+    nested = connection.in_atomic_block
     with transaction.atomic():
-        results, recheck = _apply(changes, thread_shard() if shard is None else shard)
+        results, recheck = _apply(changes, thread_shard() if shard is None else shard, check_now=nested)
         if recheck:
-            transaction.on_commit(lambda: settle_check(recheck))
+            transaction.on_commit(lambda: settle_check(recheck), robust=True)
     return results
 
 
-def _apply(changes: Sequence[Change], shard: int) -> tuple[list[bool], set[str]]:
+def _apply(changes: Sequence[Change], shard: int, *, check_now: bool) -> tuple[list[bool], set[str]]:
     job_ids = list(dict.fromkeys(change.job_id for change in changes))
     states = _read_states(job_ids)
     missing = [change.item for change in changes if change.job_id not in states and change.item is not None]
@@ -229,11 +232,15 @@ def _apply(changes: Sequence[Change], shard: int) -> tuple[list[bool], set[str]]
     else:
         settling = set()
     to_check = settling | final_seen
-    unfinished = _settle(to_check, now) if to_check else set()
-    # On SQLite the check above saw every committed write (one writer at a time); elsewhere a
-    # concurrent transaction may settle the rest and commit first: check again after commit.
-    recheck = unfinished if connection.vendor != "sqlite" else set()
-    return results, recheck
+    if not to_check:
+        return results, set()
+    if not connection.features.has_select_for_update:
+        # SQLite: this transaction is the one writer, so what it sees is everything.
+        _settle(to_check, now)
+        return results, set()
+    # Elsewhere a concurrent transaction may settle the rest of a task and commit first, unseen
+    # from here: check after commit, when the last of them to commit sees them all.
+    return results, _settle(to_check, now) if check_now else to_check
 
 
 def _read_states(job_ids: Sequence[str]) -> dict[str, _EventState]:
@@ -256,27 +263,36 @@ def _read_states(job_ids: Sequence[str]) -> dict[str, _EventState]:
 
 
 def _write_events(changed: Sequence[_EventState]) -> None:
+    """One UPDATE per event on SQLite (in-process calls), one statement for all on PostgreSQL."""
     table = connection.ops.quote_name(Event._meta.db_table)
-    json_cast = "::jsonb" if connection.vendor == "postgresql" else ""
-    sql = (
-        f"UPDATE {table} SET status = %s, is_final = %s, attempts = attempts + %s, revision = revision + %s, "  # noqa: S608
-        f"updated_at = %s, messages = COALESCE(%s{json_cast}, messages) WHERE id = %s"
-    )
     adapt = connection.ops.adapt_datetimefield_value
     rows = [
         (
+            state.id,
             state.status,
             state.final,
             state.attempts,
             state.changes,
             adapt(state.updated_at),
             None if state.messages is None else json.dumps(state.messages),
-            state.id,
         )
         for state in changed
     ]
     with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
+        if connection.vendor == "postgresql":
+            values = ", ".join(["(%s::bigint, %s::text, %s::boolean, %s::int, %s::int, %s::timestamptz, %s::jsonb)"] * len(rows))
+            cursor.execute(
+                f"UPDATE {table} AS e SET status = v.status, is_final = v.final, attempts = e.attempts + v.attempts, "  # noqa: S608
+                "revision = e.revision + v.changes, updated_at = v.updated_at, messages = COALESCE(v.messages, e.messages) "
+                f"FROM (VALUES {values}) AS v (id, status, final, attempts, changes, updated_at, messages) WHERE e.id = v.id",
+                [value for row in rows for value in row],
+            )
+        else:
+            cursor.executemany(
+                f"UPDATE {table} SET status = %s, is_final = %s, attempts = attempts + %s, revision = revision + %s, "  # noqa: S608
+                "updated_at = %s, messages = COALESCE(%s, messages) WHERE id = %s",
+                [(*row[1:], row[0]) for row in rows],
+            )
 
 
 def _count_deltas(changed: Sequence[_EventState]) -> dict[str, _TaskDelta]:
@@ -305,17 +321,18 @@ def add_counts(task_id: str, shard: int, now: datetime, **counts: int) -> None:
 def _add_counts(deltas: dict[str, _TaskDelta], shard: int, now: datetime) -> None:
     table = connection.ops.quote_name(TaskCounter._meta.db_table)
     columns = [connection.ops.quote_name(name) for name in TALLY_FIELDS]
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    rows = [(task_id, shard, *(delta.counts[name] for name in TALLY_FIELDS), stamp) for task_id, delta in sorted(deltas.items())]
+    row_placeholders = f"({', '.join(['%s'] * len(rows[0]))})"
     sql = (
         f"INSERT INTO {table} (task_id, shard, {', '.join(columns)}, updated_at) "  # noqa: S608
-        f"VALUES (%s, %s, {', '.join(['%s'] * len(columns))}, %s) "
+        f"VALUES {', '.join([row_placeholders] * len(rows))} "
         f"ON CONFLICT (task_id, shard) DO UPDATE SET "
         + ", ".join(f"{column} = {table}.{column} + excluded.{column}" for column in columns)
         + ", updated_at = excluded.updated_at"
     )
-    stamp = connection.ops.adapt_datetimefield_value(now)
-    rows = [(task_id, shard, *(delta.counts[name] for name in TALLY_FIELDS), stamp) for task_id, delta in sorted(deltas.items())]
     with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
+        cursor.execute(sql, [value for row in rows for value in row])
 
 
 #: Tasks this process has seen started (their started_at is set): not written again.
@@ -339,20 +356,28 @@ def _settled_sum() -> Subquery:
     return Subquery(TaskCounter.objects.filter(task_id=OuterRef("pk")).values("task_id").annotate(total=Sum("settled")).values("total"))
 
 
-def _progress(task_ids: Iterable[str]) -> list[tuple[str, int, int, str, bool]]:
+def _progress(task_ids: Sequence[str]) -> list[tuple[str, int, int, str, bool]]:
     """(id, total, settled, then_class, then_queued) of the unfinished tasks among ``task_ids``."""
-    return list(
-        Task.objects.filter(pk__in=list(task_ids), finished_at__isnull=True)
-        .annotate(settled=Coalesce(_settled_sum(), 0))
-        .values_list("pk", "total", "settled", "then_class", "then_queued")
+    tasks = connection.ops.quote_name(Task._meta.db_table)
+    counters = connection.ops.quote_name(TaskCounter._meta.db_table)
+    placeholders = ", ".join(["%s"] * len(task_ids))
+    sql = (
+        f"SELECT t.id, t.total, (SELECT COALESCE(SUM(c.settled), 0) FROM {counters} c WHERE c.task_id = t.id), "  # noqa: S608
+        f"t.then_class, t.then_queued FROM {tasks} t WHERE t.id IN ({placeholders}) AND t.finished_at IS NULL"
     )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, list(task_ids))
+        return [
+            (task_id, int(total), int(settled), then_class, bool(queued))
+            for task_id, total, settled, then_class, queued in cursor.fetchall()
+        ]
 
 
 def _settle(task_ids: Iterable[str], now: datetime) -> set[str]:
     """Finish (or add the follow-up job to) each of ``task_ids`` whose events have all settled, in
     the caller's transaction; returns the ones still unfinished."""
     unfinished: set[str] = set()
-    for task_id, total, settled, then_class, then_queued in _progress(task_ids):
+    for task_id, total, settled, then_class, then_queued in _progress(sorted(task_ids)):
         if settled < total:
             unfinished.add(task_id)
             continue
@@ -374,9 +399,12 @@ def _settle(task_ids: Iterable[str], now: datetime) -> set[str]:
 
 
 def settle_check(task_ids: Iterable[str], *, now: datetime | None = None) -> None:
-    """Finish the tasks among ``task_ids`` whose events have all settled (own transaction)."""
-    with transaction.atomic():
-        _settle(task_ids, now or timezone.now())
+    """Finish the tasks among ``task_ids`` whose events have all settled (own transaction, only
+    when one looks complete)."""
+    complete = [row[0] for row in _progress(sorted(task_ids)) if row[2] >= row[1]]
+    if complete:
+        with transaction.atomic():
+            _settle(complete, now or timezone.now())
 
 
 def queue_follow_up(task_id: str, *, now: datetime | None = None) -> str | None:

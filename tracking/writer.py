@@ -31,12 +31,20 @@ every thread when ``TRACKING["BATCH_WRITES"]`` is False.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import IO
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: SQLite's busy handler alone
+    fcntl = None  # type: ignore[assignment]
 
 from django.db import DatabaseError, connection
 
@@ -70,6 +78,7 @@ class Writer:
         self._pending: deque[Ticket] = deque()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._lock_file: IO[bytes] | None = None
         self.batches = 0
         self.changes = 0
 
@@ -133,7 +142,8 @@ class Writer:
         error: BaseException | None = None
         for attempt in range(BATCH_ATTEMPTS):
             try:
-                results = recorder.apply(changes, shard=self.shard)
+                with self._database_turn():
+                    results = recorder.apply(changes, shard=self.shard)
             except DatabaseError as exc:  # rolled back as a whole; the jobs go on either way
                 error = exc
                 logger.warning("tracking: batch of %d changes failed (attempt %d): %s", len(batch), attempt + 1, exc)
@@ -148,6 +158,30 @@ class Writer:
             return
         for ticket in batch:  # isolate the change that fails the batch
             self._write([ticket])
+
+    @contextlib.contextmanager
+    def _database_turn(self) -> Iterator[None]:
+        """On a SQLite file, take turns with the other processes' writers on an OS file lock.
+
+        SQLite's own lock is polled: a writer that finds it taken sleeps in the busy handler
+        (1, 2, 5, 10... ms) while the holder commits and takes it again, so two busy processes
+        starve each other. A blocking ``flock`` wakes the next writer as soon as the lock is
+        released. Other writers (enqueue, the web) still use SQLite's lock alone, as before.
+        """
+        if connection.vendor != "sqlite" or fcntl is None:
+            yield
+            return
+        if self._lock_file is None:
+            name = str(connection.settings_dict["NAME"])
+            if name == ":memory:" or "mode=memory" in name:
+                yield
+                return
+            self._lock_file = open(f"{name}.tracking-lock", "a+b")  # kept open: the lock's handle
+        fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_UN)
 
     def _finish(self, batch: list[Ticket], results: list[bool] | list[None], error: BaseException | None) -> None:
         self.batches += 1
