@@ -55,6 +55,8 @@ logger = logging.getLogger("tracking.writer")
 
 #: A connection unused this long is closed (a worker idle for hours holds no database connection).
 IDLE_CLOSE_SECONDS = 5.0
+#: The longest a batch waits for the threads the previous one released (see Writer._gather).
+GATHER_SECONDS = 0.001
 #: Attempts at one batch before its changes are applied one by one.
 BATCH_ATTEMPTS = 3
 
@@ -79,6 +81,8 @@ class Writer:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._lock_file: IO[bytes] | None = None
+        self._waiting = 0  # queued changes whose thread waits for the commit
+        self._released = 0  # how many of those the last batch released
         self.batches = 0
         self.changes = 0
 
@@ -97,6 +101,7 @@ class Writer:
             if self._thread is None:
                 self.start()
             self._pending.append(ticket)
+            self._waiting += ticket.done is not None
             self._condition.notify()
         if ticket.done is None:
             return None
@@ -124,9 +129,13 @@ class Writer:
             with self._condition:
                 if not self._pending and not self._stopping:
                     self._condition.wait(IDLE_CLOSE_SECONDS)
+                self._gather()
                 if self._pending:
                     size = min(len(self._pending), tracking_settings.BATCH_MAX_CHANGES)
                     batch = [self._pending.popleft() for _ in range(size)]
+                    waited = sum(ticket.done is not None for ticket in batch)
+                    self._waiting -= waited
+                    self._released = waited
                 elif self._stopping:
                     break
                 else:
@@ -136,6 +145,17 @@ class Writer:
             else:
                 connection.close()  # idle: give the connection back (a no-op when closed already)
         connection.close()
+
+    def _gather(self) -> None:
+        """Give the threads the last batch released a moment to queue their next waited-for
+        change, so they share one commit instead of alternating in two half-size batches
+        (called with the condition held; at most ``GATHER_SECONDS``)."""
+        deadline = time.monotonic() + GATHER_SECONDS
+        while self._pending and not self._stopping and self._waiting < self._released:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._condition.wait(remaining)
 
     def _write(self, batch: list[Ticket]) -> None:
         changes = [ticket.change for ticket in batch]
