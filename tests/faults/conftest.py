@@ -54,7 +54,8 @@ def measure() -> Callable[..., None]:
 @pytest.fixture
 def start_worker(ledger_server: RedisServer, redis_server: RedisServer) -> Iterator[Callable[..., WorkerProcess]]:
     """``start_worker(["-c", "10"], overrides={...}, env={...})``: a started runworkers subprocess
-    with the ledger jobs; every one still running is killed at the end of the test."""
+    with the ledger jobs (already started: stop() it, never use it in a `with`, which would start a
+    second process); every one still running is killed at the end of the test."""
     started: list[WorkerProcess] = []
 
     def start(

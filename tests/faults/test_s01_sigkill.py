@@ -184,6 +184,7 @@ def test_an_in_flight_list_missing_from_the_index_is_still_swept(redis_server, r
     redis.lmove("queue:default", "jobsapp:inflight:ghost:1:0123456789ab", "RIGHT", "LEFT")
     assert not redis.exists("jobsapp:inflight")
     # When a live worker's sweeper runs, Then the job comes back and runs
-    with start_worker(["-c", "2"], overrides=FAST_LIVENESS):
-        wait_until(lambda: ledger.hget(DONE, "s1-unindexed"), timeout_seconds=15, message="the unindexed orphan ran")
+    worker = start_worker(["-c", "2"], overrides=FAST_LIVENESS)
+    wait_until(lambda: ledger.hget(DONE, "s1-unindexed"), timeout_seconds=15, message="the unindexed orphan ran")
+    worker.stop()
     assert not redis.exists("jobsapp:inflight:ghost:1:0123456789ab")

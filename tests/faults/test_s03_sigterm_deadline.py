@@ -60,8 +60,9 @@ def test_sigterm_with_jobs_longer_than_the_timeout(redis_server, redis, ledger, 
     assert set(queue[: len(waiting)]) == set(waiting)
     assert redis.llen(f"jobsapp:inflight:{worker.identity}") == 0
     # When a worker runs again, every job finishes; the interrupted ones ran once more
-    with start_worker(["-c", "10", "-t", "5"], overrides=FAST_LIVENESS):
-        wait_until(lambda: ledger.hlen(DONE) == 30, timeout_seconds=30, message="every job finished")
+    restarted = start_worker(["-c", "10", "-t", "5"], overrides=FAST_LIVENESS)
+    wait_until(lambda: ledger.hlen(DONE) == 30, timeout_seconds=30, message="every job finished")
+    restarted.stop()
     report = check(redis, ledger, [*sleepers, *raisers, *waiting])
     measure(
         "3 SIGTERM past the timeout",
