@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
-from django.db import close_old_connections, connection, transaction
+from django.db import transaction
 
 from jobsapp import middleware
 from tests.tracking.conftest import pop_item, run_item
@@ -125,38 +124,3 @@ def test_arguments_must_be_json_native_and_nothing_is_written_otherwise(redis):
     with pytest.raises(TypeError):
         Task.objects.launch(Succeeds, [[object()]])
     assert not Task.objects.exists() and redis.llen("queue:default") == 0
-
-
-@pytest.mark.django_db(transaction=True)
-def test_ten_threads_running_every_job_twice_count_each_job_once(redis):
-    # Given 60 jobs, each delivered twice (at-least-once), When 10 threads run them all at once
-    task = Task.objects.launch(Succeeds, [[index] for index in range(60)])
-    items = queued_items(redis) * 2
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-
-    def worker() -> None:
-        try:
-            while True:
-                with lock:
-                    if not items:
-                        return
-                    item = items.pop()
-                run_item(item)
-        except BaseException as exc:  # reported to the test thread
-            errors.append(exc)
-        finally:
-            close_old_connections()
-            connection.close()
-
-    threads = [threading.Thread(target=worker) for _ in range(10)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    # Then every job counts once, and the task finished exactly once
-    assert errors == []
-    task.refresh_from_db()
-    assert task.counts == {"enqueue": 0, "working": 0, "finish": 60, "failed": 0, "error": 0}
-    assert task.settled_count == 60 and task.status == "finished"
-    assert Event.objects.filter(task=task, status="finish").count() == 60

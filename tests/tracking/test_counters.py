@@ -1,0 +1,163 @@
+"""Counts in counter shards and the recording thread: exact under concurrency and duplicates,
+final statuses committed before a job returns, and a summary that stays one query."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
+
+from tests.tracking.conftest import run_item
+from tests.tracking.jobs import Succeeds
+from tracking import recorder
+from tracking.models import Event, Task, TaskCounter
+from tracking.writer import get_writer
+
+
+def queued_items(redis, queue: str = "default") -> list[dict]:
+    return [json.loads(raw) for raw in reversed(redis.lrange(f"queue:{queue}", 0, -1))]
+
+
+def statuses_of(task: Task) -> dict[str, int]:
+    seen = Counter(Event.objects.filter(task=task).values_list("status", flat=True))
+    return {status: seen.get(status, 0) for status in ("enqueue", "working", "finish", "failed", "error")}
+
+
+def in_threads(items: list[dict], run: Callable[[dict], object], threads: int = 10) -> list[BaseException]:
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            while True:
+                with lock:
+                    if not items:
+                        return
+                    item = items.pop()
+                run(item)
+        except BaseException as exc:  # reported to the test thread
+            errors.append(exc)
+        finally:
+            close_old_connections()
+            connection.close()
+
+    workers = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    return errors
+
+
+def run_in_own_transaction(item: dict) -> None:
+    """A thread that records inline, in its own transaction and its own counter shard."""
+    with transaction.atomic():
+        run_item(item)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("runner", [run_item, run_in_own_transaction], ids=["through-the-writer", "inline-many-shards"])
+def test_ten_threads_running_every_job_twice_keep_exact_counts(redis, runner, settings):
+    # Given 150 jobs of one task, each delivered twice, and a crash-and-retry on some first runs
+    settings.TRACKING = {"COUNTER_SHARDS": 4}
+    task = Task.objects.launch(Succeeds, [[index] for index in range(150)])
+    items = queued_items(redis)
+    retried = {item["jid"] for item in items[:20]}
+    for jid in retried:
+        recorder.record(jid, recorder.START)
+        recorder.record(jid, recorder.CRASHED, message="boom")
+        recorder.record(jid, recorder.RETRY_SCHEDULED, message="waiting for retry (1 of 25)")
+    # When 10 threads run every copy at once
+    errors = in_threads(items * 2, runner)
+    # Then each job counts once, the counts equal the events' statuses, and the task finished once
+    assert errors == []
+    task.refresh_from_db()
+    assert task.counts == statuses_of(task) == {"enqueue": 0, "working": 0, "finish": 150, "failed": 0, "error": 0}
+    assert task.settled_count == 150 and task.status == "finished" and task.finished_at is not None
+    assert all(attempts >= 2 for attempts in Event.objects.filter(job_id__in=retried).values_list("attempts", flat=True))
+    shards = set(TaskCounter.objects.filter(task=task).values_list("shard", flat=True))
+    assert 0 in shards and shards <= set(range(4))
+    if runner is run_in_own_transaction:
+        assert len(shards) > 2  # the counts really were spread over several shards
+
+
+@pytest.mark.django_db(transaction=True)
+def test_final_status_is_committed_when_the_job_returns(redis):
+    # Given a tracked job run by a processor thread (no transaction of its own: the writer path)
+    task = Task.objects.launch(Succeeds, [["a"]])
+    item = queued_items(redis)[0]
+    seen: dict[str, object] = {}
+
+    def processor_thread() -> None:
+        run_item(item)
+        # When it returns (the engine acknowledges it next), a fresh connection sees it final
+        seen["status"] = Event.objects.get(job_id=item["jid"]).status
+        seen["in_atomic_block"] = connection.in_atomic_block
+        connection.close()
+
+    thread = threading.Thread(target=processor_thread)
+    thread.start()
+    thread.join()
+    assert seen == {"status": "finish", "in_atomic_block": False}
+    assert get_writer().batches >= 1  # it went through the recording thread
+    task.refresh_from_db()
+    assert task.status == "finished" and task.counts["finish"] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_working_and_the_final_status_of_a_short_job_can_share_one_write():
+    # Given a job whose start and finish are applied in one batch
+    task = Task.objects.launch(Succeeds, [["quick"]])
+    job_id = Event.objects.get(task=task).job_id
+    now = timezone.now()
+    results = recorder.apply([recorder.Change(job_id, recorder.START, now), recorder.Change(job_id, recorder.FINISHED, now)])
+    # Then both applied, the event went straight to finish with one attempt, and counts match
+    assert results == [True, True]
+    row = Event.objects.get(job_id=job_id)
+    assert (row.status, row.attempts, row.revision) == ("finish", 1, 2)
+    task.refresh_from_db()
+    assert task.counts == statuses_of(task) and task.status == "finished" and task.started_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_duplicate_finishes_a_task_whose_finish_check_was_lost(redis):
+    # Given a task whose last event settled, but the process died before its finish check
+    task = Task.objects.launch(Succeeds, [["last"]])
+    item = queued_items(redis)[0]
+    run_item(item)
+    Task.objects.filter(pk=task.pk).update(finished_at=None)
+    # When the job runs again (its ack never reached Redis)
+    run_item(item)
+    # Then the duplicate changes no count and finishes the task
+    task.refresh_from_db()
+    assert task.status == "finished" and task.counts["finish"] == 1 and task.settled_count == 1
+
+
+@pytest.mark.django_db
+def test_summary_stays_one_query_as_events_and_shards_grow(django_user_model, django_assert_num_queries):
+    from rest_framework.test import APIClient
+
+    owner = django_user_model.objects.create_user("ann")
+    api = APIClient()
+    api.force_authenticate(owner)
+    task = Task.objects.launch(Succeeds, [[index] for index in range(3000)], owner=owner)
+    job_ids = list(Event.objects.filter(task=task).order_by("id").values_list("job_id", flat=True))
+    now = timezone.now()
+    etags = []
+    for round_number, shard in enumerate((1, 2, 3, 5, 8)):
+        # When more events change, each batch counted in another shard
+        batch = job_ids[round_number * 500 : (round_number + 1) * 500]
+        recorder.apply([recorder.Change(job_id, recorder.FINISHED, now) for job_id in batch], shard=shard)
+        # Then the summary is still one query, and right
+        with django_assert_num_queries(1):
+            response = api.get(f"/api/tasks/{task.pk}/")
+        assert response.json()["counts"]["finish"] == (round_number + 1) * 500
+        assert response.json()["counts"]["enqueue"] == 3000 - (round_number + 1) * 500
+        etags.append(response["ETag"])
+    assert len(set(etags)) == len(etags)
+    assert TaskCounter.objects.filter(task=task).count() == 6
