@@ -43,6 +43,7 @@ from .connection import CONNECTION_ERRORS
 from .fetch import BasicFetch, QueueOrder, ReliableFetch
 from .heartbeat import Heartbeat, new_identity
 from .manager import Manager
+from .middleware import notify
 from .processor import Processor
 from .recovery import Quarantine, Sweeper, claim_slot, recover_list
 from .retry import RetryPolicy
@@ -257,6 +258,7 @@ class WorkerProcess:
         heartbeat.beat()
         requeued = manager.stop(deadline)
         self.hard_stop.set()
+        notify("on_shutdown")
         heartbeat.stop()
         heartbeat.clear()
         if options.fetch == "reliable":

@@ -6,7 +6,8 @@ Client middleware runs in the pushing thread, once per job, before anything is w
 Server middleware runs in a processor thread around ``perform``: ``call`` wraps the job (it sees
 its exceptions and may re-raise or swallow them); ``on_retry``, ``on_dead`` and ``on_requeue`` are
 told what the engine decided after the chain has finished, so a middleware can record "waiting
-for retry (2 of 25)" without re-deriving the retry policy. A hook that raises is logged and
+for retry (2 of 25)" without re-deriving the retry policy; ``on_shutdown`` comes last, when the
+worker process is about to exit (``-P`` children leave with ``os._exit``: no atexit runs). A hook that raises is logged and
 ignored: middleware never decides where a job ends up.
 
 Chains are configured from ``JOBSAPP["CLIENT_MIDDLEWARE"]`` / ``["SERVER_MIDDLEWARE"]`` (dotted
@@ -68,6 +69,9 @@ class ServerMiddleware:
 
     def on_requeue(self, item: Item, *, reason: str) -> None:
         """The job was put back at the front of its queue unfinished (shutdown), to run again."""
+
+    def on_shutdown(self) -> None:
+        """The worker process is about to exit: no job runs any more; flush what you buffer."""
 
 
 class Chain:

@@ -33,7 +33,7 @@ from jobsapp import ClientMiddleware, NoRetryError, ServerMiddleware
 from . import recorder
 from .launching import recorded_jid_for
 from .progress import EventHandle
-from .writer import record_change
+from .writer import record_change, stop_writer
 
 if TYPE_CHECKING:
     import redis
@@ -140,6 +140,10 @@ class TrackingServerMiddleware(ServerMiddleware):
         if exception is not None and reason not in ("retries_exhausted", "retry_disabled", "no_retry"):
             message = f"{message} ({describe(exception)})"
         self._record(item, recorder.DEAD, message)
+
+    def on_shutdown(self) -> None:
+        """Flush and stop this process's recording thread before the worker exits."""
+        stop_writer()
 
     def on_requeue(self, item: Item, *, reason: str) -> None:
         if is_tracked(item):
