@@ -240,6 +240,12 @@ class Manager:
                 with self._lock:
                     self._running.pop(ident, None)
                 continue
+            except Exception:  # an engine bug or a refused write (e.g. Redis OOM): requeued to run again
+                logger.exception("queue=%s unexpected error around a job; it goes back to its queue", unit.queue)
+                with self._lock:
+                    self._running.pop(ident, None)
+                self._requeue([unit], reason="error")
+                continue
             with self._lock:
                 self._running.pop(ident, None)
             self._record(unit, result)
