@@ -42,6 +42,9 @@ from .processor import DURATION_BUCKETS_SECONDS, Processor, Result
 
 logger = logging.getLogger("jobsapp.manager")
 
+#: Errors a requeue survives: the jobs then stay in flight and are recovered later.
+REQUEUE_ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, redis.RedisError)
+
 #: The most acknowledgements sent in one ack.lua call.
 MAX_ACK_BATCH = 500
 
@@ -310,7 +313,7 @@ class Manager:
             return
         try:
             self.fetch.requeue(units)
-        except CONNECTION_ERRORS as exc:
+        except REQUEUE_ERRORS as exc:
             # they stay in the in-flight list (reliable fetch) and are recovered later
             logger.error("could not put %d jobs back (%s); they stay in flight for recovery", len(units), exc)
             return
