@@ -89,6 +89,13 @@ class Heartbeat(Component):
         self.reliable = reliable
         self.consecutive_beats = 0
         self._failing = False
+        self._last_beat_monotonic: float | None = None
+
+    def ready_to_judge(self) -> bool:
+        """May this process call others dead? Only after two beats in a row, the last one recent:
+        then every live process has had time to beat too (used by the orphan sweeper)."""
+        last = self._last_beat_monotonic
+        return self.consecutive_beats >= 2 and last is not None and time.monotonic() - last <= 2 * self.interval_seconds
 
     def start(self) -> None:
         self.beat()
@@ -153,6 +160,13 @@ class Heartbeat(Component):
         if self._failing:
             logger.info("heartbeat: Redis is back")
             self._failing = False
+        beaten_at = time.monotonic()
+        if self._last_beat_monotonic is not None and beaten_at - self._last_beat_monotonic > 2 * self.interval_seconds:
+            # Redis (or this process) stalled without an error (a frozen server, a long GC pause):
+            # other processes' heartbeats may have expired meanwhile, so count again from here
+            # before the sweeper may call anyone dead (found by fault scenario 4's frozen Redis)
+            self.consecutive_beats = 0
+        self._last_beat_monotonic = beaten_at
         self.consecutive_beats += 1
         signal_name = results[-1]
         if signal_name:

@@ -225,7 +225,7 @@ class WorkerProcess:
             identity=self.identity,
             interval_seconds=float(jobs_settings.ORPHAN_SWEEP_INTERVAL_SECONDS),
             lock_seconds=60.0,
-            ready=lambda: heartbeat.consecutive_beats >= 2,
+            ready=heartbeat.ready_to_judge,
             rng=self.rng,
         )
 

@@ -236,6 +236,8 @@ class Sweeper(Component):
             for owner in sorted(owners):
                 if owner == self.identity or self._stop.is_set():
                     continue
+                if not self.ready():  # stalled mid-sweep (a frozen Redis): judge no one on stale beats
+                    break
                 if self.client.exists(keys.process(owner)):
                     continue
                 requeued, buried = recover_list(self.client, owner)
