@@ -143,6 +143,7 @@ class WorkerProcess:
         self.signal(signal.SIGKILL)
         assert self.process is not None
         self.process.wait()
+        self._close()
 
     def stop(self) -> int:
         """SIGTERM, wait up to ``stop_timeout_seconds``; the exit code. RuntimeError if it hung."""
@@ -158,6 +159,7 @@ class WorkerProcess:
                 f"output:\n{self.output[-4000:]}"
             ) from None
         self._kill_group()  # children a crashed supervisor left behind
+        self._close()
         return code
 
     def _kill_group(self) -> None:

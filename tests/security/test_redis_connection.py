@@ -61,13 +61,24 @@ def test_redis_with_a_password(password_redis, engine_on):
 
 
 def make_certificates(directory: Path) -> dict[str, Path]:
+    """A throwaway CA and server certificate with the extensions Python 3.13's strict X.509
+    verification requires (without them the handshake fails and the test would only skip)."""
+
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
 
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "1",
-            "-subj", "/CN=jobsapp test CA")  # fmt: skip
+            "-subj", "/CN=jobsapp test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-addext", "subjectKeyIdentifier=hash")  # fmt: skip
     openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
-    (directory / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    (directory / "ext.cnf").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        "basicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\n"
+        "authorityKeyIdentifier=keyid,issuer\n"
+        "subjectKeyIdentifier=hash\n"
+    )
     openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.crt",
             "-days", "1", "-extfile", "ext.cnf")  # fmt: skip
     return {name: directory / f"{name}" for name in ("ca.crt", "server.crt", "server.key")}
