@@ -132,7 +132,7 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None
     jids: list[str | None] = []
     ready: list[_Prepared] = []
     finals: list[tuple[type[Job] | None, Item]] = []
-    if interceptor is None and len(client_chain()) == 0:
+    if interceptor is None and not any(each.wants(job_class, template) for each in client_chain().instances()):
         ready = _prepare_plain_bulk(template, args_list, at, timestamp)
         return _write_bulk(connection, ready, batch_size)
     for index, args in enumerate(args_list):

@@ -18,16 +18,12 @@ import logging
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django_redis.exceptions import ConnectionInterrupted
 
 from .connection import CONNECTION_ERRORS
 from .errors import RedisUnavailable
 
 logger = logging.getLogger("jobsapp.http")
-
-try:
-    from django_redis.exceptions import ConnectionInterrupted
-except ImportError:  # django-redis not installed: only redis-py's own errors can reach us
-    ConnectionInterrupted = RedisUnavailable  # type: ignore[misc,assignment]
 
 #: Exceptions that mean "Redis did not answer", as they reach a view.
 REDIS_DOWN_ERRORS: tuple[type[BaseException], ...] = (RedisUnavailable, ConnectionInterrupted, *CONNECTION_ERRORS)

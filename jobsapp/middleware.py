@@ -38,7 +38,15 @@ Item = dict[str, Any]
 
 
 class ClientMiddleware:
-    """Base of client middleware. Override ``call``."""
+    """Base of client middleware. Override ``call`` (and ``wants`` when it ignores most jobs)."""
+
+    def wants(self, job_class: type[Job] | None, options: Item) -> bool:
+        """Whether ``call`` needs to see jobs with these options (a bulk push's shared options).
+
+        Returning False for a bulk push lets it skip the per-job chain and take the fast path
+        that encodes the shared fields once.
+        """
+        return True
 
     def call(self, job_class: type[Job] | None, item: Item, queue: str, redis: redis.Redis) -> Item | None:
         """Return the item to push it (changed or not), or None to stop the push."""

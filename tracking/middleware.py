@@ -68,6 +68,9 @@ def describe(exception: BaseException) -> str:
 class TrackingClientMiddleware(ClientMiddleware):
     """Records ``enqueue`` for tracked jobs as they are pushed."""
 
+    def wants(self, job_class: type[Job] | None, options: Item) -> bool:
+        return bool(options.get("use_task_event"))
+
     def call(self, job_class: type[Job] | None, item: Item, queue: str, redis: redis.Redis) -> Item | None:
         if not is_tracked(item):
             return item

@@ -168,3 +168,19 @@ def test_bulk_fast_path_writes_the_same_json_as_single_pushes(redis):
         single.pop(key)
         bulk.pop(key)
     assert single == bulk
+
+
+class OnlyTagged(ClientMiddleware):
+    def wants(self, job_class, options):
+        return "tagged" in options
+
+    def call(self, job_class, item, queue, redis):
+        return {**item, "seen": True}
+
+
+def test_bulk_skips_middleware_that_does_not_want_the_jobs(redis):
+    middleware.client_chain().add(OnlyTagged)
+    client.push_bulk({"class": "X", "args": [[1]]})
+    client.push_bulk({"class": "X", "args": [[2]], "tagged": 1})
+    first, second = (json.loads(raw) for raw in redis.lrange("queue:default", 0, -1)[::-1])
+    assert "seen" not in first and second["seen"] is True
