@@ -7,6 +7,7 @@ PostgreSQL is used when $DATABASE_URL points at one; SQLite otherwise.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -43,3 +44,34 @@ def _engine_on_test_redis(redis_server: RedisServer, settings) -> Iterator[None]
 def redis(redis_server: RedisServer) -> redis_lib.Redis:
     """A raw client on the test server (bytes responses), for asserting on keys."""
     return redis_server.client()
+
+
+CHROMIUM = "/usr/bin/chromium"
+#: As root on a machine without a network: no sandbox, and none of Chromium's background traffic.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    """Debian's Chromium driven by Playwright (its own browser downloads are never used);
+    skips with the reason when either is missing."""
+    if not shutil.which(CHROMIUM) and not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install -r requirements-dev.txt)")
+    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
+    # plain synchronous code, which Django would otherwise refuse next to a running loop.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_api.sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield instance
+        finally:
+            instance.close()

@@ -192,3 +192,21 @@ class WorkerProcess:
             self._log.close()
             Path(self._log.name).unlink(missing_ok=True)
         self.redis.close()
+
+
+def worker_database_url() -> str:
+    """``DATABASE_URL`` for a worker subprocess that must use this test's database (skips when
+    the test database is in memory, which no other process can open)."""
+    import pytest
+    from django.db import connection
+
+    settings = connection.settings_dict
+    if connection.vendor == "sqlite":
+        name = str(settings["NAME"])
+        if name == ":memory:" or "mode=memory" in name:
+            pytest.skip("the test database is in memory: a worker subprocess cannot share it")
+        return f"sqlite:///{name}"
+    if connection.vendor == "postgresql":
+        auth = settings["USER"] + (f":{settings['PASSWORD']}" if settings.get("PASSWORD") else "")
+        return f"postgresql://{auth}@{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}/{settings['NAME']}"
+    pytest.skip(f"no worker database URL for {connection.vendor}")

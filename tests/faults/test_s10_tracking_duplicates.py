@@ -20,7 +20,7 @@ from django.db import connection
 from tests.faults.conftest import FAST_LIVENESS, SOAK
 from tests.faults.jobs import DONE, TrackedLedgerJob
 from tests.faults.ledger import check
-from tests.workers import wait_until
+from tests.workers import wait_until, worker_database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -31,17 +31,7 @@ CLIENT = "tracking.middleware.TrackingClientMiddleware"
 SERVER = "tracking.middleware.TrackingServerMiddleware"
 
 
-def database_url() -> str:
-    settings = connection.settings_dict
-    if connection.vendor == "sqlite":
-        name = str(settings["NAME"])
-        if name == ":memory:" or "mode=memory" in name:
-            pytest.skip("the test database is in memory: a worker subprocess cannot share it")
-        return f"sqlite:///{name}"
-    if connection.vendor == "postgresql":
-        auth = settings["USER"] + (f":{settings['PASSWORD']}" if settings.get("PASSWORD") else "")
-        return f"postgresql://{auth}@{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}/{settings['NAME']}"
-    pytest.skip(f"no worker database URL for {connection.vendor}")
+
 
 
 def test_duplicates_do_not_change_the_counts(redis_server, redis, ledger, start_worker, measure, settings):
@@ -58,7 +48,11 @@ def test_duplicates_do_not_change_the_counts(redis_server, redis, ledger, start_
     redis.lpush("queue:default", *queued)
     # When 30 threads run them, processes dying now and then between perform and ack
     overrides = {**FAST_LIVENESS, "CLIENT_MIDDLEWARE": [CLIENT], "SERVER_MIDDLEWARE": [SERVER]}
-    env = {"DATABASE_URL": database_url(), "JOBSAPP_FAULT_POINT": "after_perform_before_ack", "JOBSAPP_FAULT_AFTER": str(FAULT_AFTER)}
+    env = {
+        "DATABASE_URL": worker_database_url(),
+        "JOBSAPP_FAULT_POINT": "after_perform_before_ack",
+        "JOBSAPP_FAULT_AFTER": str(FAULT_AFTER),
+    }
     started = time.monotonic()
     worker = start_worker(["-P", "3", "-c", "10", "-t", "5"], overrides=overrides, env=env)
 

@@ -10,37 +10,26 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.db import connection
 from rest_framework.test import APIClient
 
 from fixtures import usecases
 from fixtures.jobs import products
 from fixtures.models import Customer, PromotionEntry
 from tests.tracking.conftest import CLIENT, SERVER
-from tests.workers import WorkerProcess, wait_until
+from tests.workers import WorkerProcess, wait_until, worker_database_url
 from tracking.models import Event, Task
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def database_url() -> str:
-    settings = connection.settings_dict
-    if connection.vendor == "sqlite":
-        name = str(settings["NAME"])
-        if name == ":memory:" or "mode=memory" in name:
-            pytest.skip("the test database is in memory: a worker subprocess cannot share it")
-        return f"sqlite:///{name}"
-    if connection.vendor == "postgresql":
-        auth = settings["USER"] + (f":{settings['PASSWORD']}" if settings.get("PASSWORD") else "")
-        return f"postgresql://{auth}@{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}/{settings['NAME']}"
-    pytest.skip(f"no worker database URL for {connection.vendor}")
+
 
 
 @pytest.fixture
 def worker(transactional_db, redis_server) -> Iterator[WorkerProcess]:
     """A worker process with the tracking middleware, on the test database and Redis."""
     env = {
-        "DATABASE_URL": database_url(),
+        "DATABASE_URL": worker_database_url(),
         "JOBSAPP_TEST_OVERRIDES": json.dumps({"CLIENT_MIDDLEWARE": [CLIENT], "SERVER_MIDDLEWARE": [SERVER]}),
     }
     with WorkerProcess(["-q", "default", "-c", "10"], env=env, redis_url=redis_server.url) as process:

@@ -4,9 +4,7 @@ updates live while jobs settle, and stops polling once the task is finished."""
 
 from __future__ import annotations
 
-import shutil
 import time
-from collections.abc import Iterator
 from urllib.parse import urlparse
 
 import pytest
@@ -15,34 +13,7 @@ from tests.tracking.jobs import Succeeds
 from tracking import recorder
 from tracking.models import Event, Task
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
-
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def browser(monkeypatch) -> Iterator[object]:
-    if not shutil.which(CHROMIUM):
-        pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install -r requirements-dev.txt)")
-    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
-    # plain synchronous code, which Django would otherwise refuse next to a running loop.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_api.sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield instance
-        finally:
-            instance.close()
 
 
 def test_page_follows_a_task_live_and_stops_when_it_finishes(browser, live_server, client, django_user_model, settings):
