@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +117,17 @@ class Work:
     record: JobRecord = field(compare=False)
 
 
+def _per_process(connection: Any, command: Callable[[Any, str], object]) -> list[tuple[str, Any]]:
+    """One pipelined command per identity in ``processes``: [(identity, reply), ...]."""
+    identities = [_text(name) for name in connection.smembers(keys.PROCESSES)]
+    if not identities:
+        return []
+    pipe = connection.pipeline(transaction=False)
+    for identity in identities:
+        command(pipe, identity)
+    return list(zip(identities, pipe.execute(), strict=True))
+
+
 class ProcessSet:
     """The live processes; constructing nothing, every method reads Redis afresh."""
 
@@ -162,13 +174,8 @@ class ProcessSet:
     def cleanup() -> int:
         """Remove identities whose heartbeat hash expired; returns how many."""
         connection = get_redis()
-        identities = [_text(name) for name in connection.smembers(keys.PROCESSES)]
-        if not identities:
-            return 0
-        pipe = connection.pipeline(transaction=False)
-        for identity in identities:
-            pipe.hexists(keys.process(identity), "info")
-        dead = [identity for identity, alive in zip(identities, pipe.execute(), strict=True) if not alive]
+        replies = _per_process(connection, lambda pipe, identity: pipe.hexists(keys.process(identity), "info"))
+        dead = [identity for identity, alive in replies if not alive]
         return int(connection.srem(keys.PROCESSES, *dead)) if dead else 0
 
     @staticmethod
@@ -267,14 +274,8 @@ class WorkSet:
     @translate_errors
     def size() -> int:
         """Busy threads as the processes last reported them (sum of ``busy``)."""
-        connection = get_redis()
-        identities = [_text(name) for name in connection.smembers(keys.PROCESSES)]
-        if not identities:
-            return 0
-        pipe = connection.pipeline(transaction=False)
-        for identity in identities:
-            pipe.hget(keys.process(identity), "busy")
-        return sum(_number(busy, int) for busy in pipe.execute())
+        replies = _per_process(get_redis(), lambda pipe, identity: pipe.hget(keys.process(identity), "busy"))
+        return sum(_number(busy, int) for _, busy in replies)
 
     @classmethod
     def find_job(cls, jid: str) -> Work | None:
