@@ -20,16 +20,17 @@ from . import registry
 Item = dict[str, Any]
 JobType = TypeVar("JobType", bound=type["Job"])
 
-#: Options the engine itself reads; any other option is carried in the payload untouched
-#: (the tracking layer reads ``use_task_event`` from there).
-KNOWN_OPTIONS = frozenset({"queue", "retry", "backtrace", "retry_queue", "dead", "tags", "class_name"})
-
 #: ``perform_in`` values below this are seconds from now; above, an epoch time (DESIGN.md §3).
 EPOCH_THRESHOLD_SECONDS = 1_000_000_000
 
 
 def sidekiq_options(**options: Any) -> Callable[[JobType], JobType]:
-    """Class decorator: set options for a job class (merged over its parents')."""
+    """Class decorator: set options for a job class (merged over its parents').
+
+    The engine reads Sidekiq's options (queue, retry, backtrace, retry_queue, dead, tags) and the
+    wire name ``class_name``; any other option rides in every payload untouched (the tracking
+    layer reads ``use_task_event`` from there).
+    """
 
     def apply(cls: JobType) -> JobType:
         previous_name = cls.wire_name()

@@ -20,9 +20,6 @@ from .errors import MalformedPayload, PayloadTooLarge
 
 Item = dict[str, Any]
 
-#: Options a job or a raw item may carry, and their defaults, as Sidekiq names them.
-ITEM_DEFAULTS: dict[str, Any] = {"retry": True, "queue": "default"}
-
 #: Extra payload key of a job put back from a dead process's in-flight list: how many dead
 #: processes it has been in flight in. The worker runs such a job in quarantine (recovery.py).
 RECOVERED_KEY = "jobsapp_recovered"
