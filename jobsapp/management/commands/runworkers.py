@@ -38,14 +38,18 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.check(tags=["jobsapp"])
+
+        def given(name: str, default: Any) -> Any:
+            return default if options[name] is None else options[name]
+
         worker_options = WorkerOptions(
-            queues=options["queues"] or list(jobs_settings.QUEUES),
-            concurrency=options["concurrency"] or int(jobs_settings.CONCURRENCY),
-            processes=options["processes"] or int(jobs_settings.PROCESSES),
-            timeout_seconds=options["timeout"] if options["timeout"] is not None else float(jobs_settings.SHUTDOWN_TIMEOUT_SECONDS),
-            tag=options["tag"] or str(jobs_settings.TAG),
-            labels=options["label"] or list(jobs_settings.LABELS),
-            fetch=options["fetch"] or str(jobs_settings.FETCH),
+            queues=given("queues", list(jobs_settings.QUEUES)),
+            concurrency=given("concurrency", int(jobs_settings.CONCURRENCY)),
+            processes=given("processes", int(jobs_settings.PROCESSES)),
+            timeout_seconds=given("timeout", float(jobs_settings.SHUTDOWN_TIMEOUT_SECONDS)),
+            tag=given("tag", str(jobs_settings.TAG)),
+            labels=given("label", list(jobs_settings.LABELS)),
+            fetch=given("fetch", str(jobs_settings.FETCH)),
         )
         try:
             order = QueueOrder.parse(worker_options.queues)
