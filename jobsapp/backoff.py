@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from .connection import CONNECTION_ERRORS
+from .connection import REDIS_ERRORS
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ def call_with_retry(
     while True:
         try:
             result = operation()
-        except CONNECTION_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             if stop is not None and stop.is_set():
                 raise
             delay = backoff.next_delay()

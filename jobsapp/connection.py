@@ -34,6 +34,11 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+#: Any failure of a Redis call: no answer, or an error reply a worker must survive and retry
+#: (READONLY after a failover, MISCONF on a full disk, OOM, BUSY, LOADING).
+REDIS_ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, redis.RedisError)
+
+
 def _config() -> tuple[object, ...]:
     return (jobs_settings.REDIS_CACHE_ALIAS, jobs_settings.REDIS_URL, jobs_settings.REDIS_SOCKET_TIMEOUT_SECONDS)
 

@@ -313,7 +313,7 @@ class ReliableFetch(_Interruptible):
             [count, *order],
         )
         if taken:
-            return [UnitOfWork(taken[index + 1], order[int(taken[index]) - 1]) for index in range(0, len(taken), 2)]
+            return [UnitOfWork(as_bytes(taken[index + 1]), order[int(taken[index]) - 1]) for index in range(0, len(taken), 2)]
         if block_seconds <= 0:
             return []
         paused_positions = {int(position) for position in paused}

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import keys
 from .component import Component
-from .connection import CONNECTION_ERRORS
+from .connection import CONNECTION_ERRORS, REDIS_ERRORS
 
 if TYPE_CHECKING:
     import redis
@@ -151,7 +151,7 @@ class Heartbeat(Component):
                 pipe.expire(keys.job_durations(self.identity), self.ttl_seconds)
             pipe.rpop(keys.signals(self.identity))
             results = pipe.execute()
-        except CONNECTION_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             self.consecutive_beats = 0
             if not self._failing:
                 logger.warning("heartbeat: Redis unavailable (%s); this process keeps working and retries", exc)

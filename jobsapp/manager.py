@@ -33,17 +33,14 @@ from typing import Any
 import redis
 
 from . import faults
-from .backoff import Backoff
-from .connection import CONNECTION_ERRORS
+from .backoff import Backoff, call_with_retry
+from .connection import CONNECTION_ERRORS, REDIS_ERRORS
 from .fetch import Fetch, UnitOfWork
 from .middleware import notify
 from .payload import decode
 from .processor import DURATION_BUCKETS_SECONDS, Processor, Result
 
 logger = logging.getLogger("jobsapp.manager")
-
-#: Errors a requeue survives: the jobs then stay in flight and are recovered later.
-REQUEUE_ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, redis.RedisError)
 
 #: The most acknowledgements sent in one ack.lua call.
 MAX_ACK_BATCH = 500
@@ -247,7 +244,7 @@ class Manager:
                 logger.exception("queue=%s unexpected error around a job; it goes back to its queue", unit.queue)
                 with self._lock:
                     self._running.pop(ident, None)
-                self._requeue([unit], reason="error")
+                self._requeue([unit], reason="error", persistent=True)
                 continue
             with self._lock:
                 self._running.pop(ident, None)
@@ -280,7 +277,7 @@ class Manager:
                 self._processed = self._failed = 0
             try:
                 self.fetch.acknowledge(units, jids, processed=processed, failed=failed, today=dt.datetime.now(dt.UTC).date())
-            except CONNECTION_ERRORS as exc:
+            except REDIS_ERRORS as exc:
                 with self._ack_lock:
                     self._ack_units[:0] = units
                     self._ack_jids[:0] = jids
@@ -308,13 +305,20 @@ class Manager:
         if self._acker is not None:
             self._acker.join(10.0)
 
-    def _requeue(self, units: list[UnitOfWork], *, reason: str) -> None:
+    def _requeue(self, units: list[UnitOfWork], *, reason: str, persistent: bool = False) -> None:
+        """Put units back at the front of their queues. ``persistent`` (a live process putting
+        back one job it could not handle) retries through a Redis outage until the process stops
+        for good: nobody else would recover a live process's in-flight job."""
         if not units:
             return
         try:
-            self.fetch.requeue(units)
-        except REQUEUE_ERRORS as exc:
-            # they stay in the in-flight list (reliable fetch) and are recovered later
+            if persistent:
+                call_with_retry(lambda: self.fetch.requeue(units), what="putting a job back", logger=logger, stop=self.stop_event)
+            else:
+                self.fetch.requeue(units)
+        except REDIS_ERRORS as exc:
+            # they stay in the in-flight list (reliable fetch): recovered by the next process in
+            # this slot, or by the sweeper once this process's heartbeat has expired
             logger.error("could not put %d jobs back (%s); they stay in flight for recovery", len(units), exc)
             return
         for unit in units:

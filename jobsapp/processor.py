@@ -26,6 +26,7 @@ from . import faults, registry
 from .errors import MalformedPayload, NoRetryError, UnknownJobClass
 from .middleware import notify, run_server_chain
 from .payload import RECOVERED_KEY, decode, new_jid, now
+from .retry import safe_message
 
 if TYPE_CHECKING:
     from .fetch import UnitOfWork
@@ -93,10 +94,6 @@ class Processor:
             self.policy.bury(unit, item, exc, reason="unknown_class")
             return Result(jid, False, True, class_name, time.monotonic() - started)
 
-        job = job_class()
-        job.jid = jid
-        job.item = item
-        job.queue = unit.queue
         args = item.get("args", [])
         kwargs = item.get("kwargs") or {}
         if not isinstance(kwargs, dict):
@@ -104,6 +101,10 @@ class Processor:
         logger.info("class=%s jid=%s queue=%s start", class_name, jid, unit.queue)
         close_old_connections()
         try:
+            job = job_class()  # user code too (a job's __init__): its failure is the job's failure
+            job.jid = jid
+            job.item = item
+            job.queue = unit.queue
             call_perform = lambda: job.perform(*args, **kwargs)  # noqa: E731
             if faults.POINT:
                 call_perform = faults.wrap("in_perform", call_perform)
@@ -116,9 +117,7 @@ class Processor:
             logger.warning("class=%s jid=%s queue=%s elapsed_ms=%.1f fail (no retry): %s", class_name, jid, unit.queue, elapsed * 1000, exc)
             notify("on_dead", job_class, item, exc, reason="no_retry")
             return Result(jid, True, True, class_name, elapsed)
-        except BaseException as exc:  # any failure of user code: retried, dead or discarded by policy
-            if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):
-                raise
+        except BaseException as exc:  # noqa: BLE001  # any failure of user code (even SystemExit): retried, dead or discarded
             elapsed = time.monotonic() - started
             outcome = self.policy.handle(unit, item, job_class, exc)
             logger.warning(
@@ -129,7 +128,7 @@ class Processor:
                 elapsed * 1000,
                 outcome.kind,
                 type(exc).__name__,
-                str(exc)[:500],
+                safe_message(exc)[:500],
             )
             return Result(jid, outcome.kind == "discarded", True, class_name, elapsed)
         finally:

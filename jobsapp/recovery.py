@@ -64,8 +64,9 @@ class PoisonJob(JobsError):
 
 
 def pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False
+    """Whether ``pid`` may be a live process here. Our own pid counts as alive: in containers that
+    share a hostname every worker can be pid 1, and only the heartbeat can tell them apart (the
+    sweeper then recovers a dead one's jobs once its heartbeat has expired)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

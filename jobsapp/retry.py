@@ -53,6 +53,16 @@ Item = dict[str, Any]
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
+def safe_message(exception: BaseException) -> str:
+    """The exception's message, its class name when empty (Ruby's habit), or a placeholder when
+    its ``__str__`` itself fails: a broken exception must not break failure handling."""
+    try:
+        text = str(exception)
+    except Exception:  # noqa: BLE001  # a user-defined __str__ that raises: the job still gets filed
+        return f"{type(exception).__name__} (its message could not be rendered)"
+    return text or type(exception).__name__
+
+
 def exception_class_name(exception: BaseException) -> str:
     kind = type(exception)
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
@@ -101,7 +111,7 @@ def with_error_fields(item: Item, exception: BaseException, timestamp: float) ->
     failed.pop(RECOVERED_KEY, None)  # filed by its own failure: no longer a crash suspect
     limit = int(jobs_settings.ERROR_MESSAGE_MAX_CHARS)
     # Ruby's Exception#message is the class name when there is no message (MemoryError())
-    failed["error_message"] = (str(exception) or type(exception).__name__)[:limit]
+    failed["error_message"] = safe_message(exception)[:limit]
     failed["error_class"] = exception_class_name(exception)
     if isinstance(failed.get("retry_count"), int) and not isinstance(failed.get("retry_count"), bool):
         failed["retried_at"] = timestamp
@@ -202,6 +212,7 @@ class RetryPolicy:
         timestamp = now()
         call_error_handlers(exception, {"job": item, "queue": unit.queue})
         if item.get("retry", True) is False:
+            call_death_handlers(item, exception)  # as Sidekiq 6.4 does for retry: false
             notify("on_dead", job_class, item, exception, reason="retry_disabled")
             return Outcome("discarded", "retry_disabled")
         failed = with_error_fields(item, exception, timestamp)
@@ -241,6 +252,7 @@ class RetryPolicy:
             except Exception:  # the hook's failure must not keep the job out of the dead set
                 logger.exception("%s.sidekiq_retries_exhausted failed", job_class.__qualname__)
         if failed.get("dead", True) is False:
+            call_death_handlers(failed, exception)  # as Sidekiq 6.4 does for dead: false
             notify("on_dead", job_class, failed, exception, reason=reason)
             return Outcome("discarded", reason)
         if not self._file(unit, keys.DEAD, timestamp, failed, timestamp):

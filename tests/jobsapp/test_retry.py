@@ -117,3 +117,24 @@ def test_backoff_formula_and_backtrace_encoding_match_sidekiq():
     assert decompress_backtrace(encoded) == ["a.py:1:in `x'"] * 50
     assert decompress_backtrace(["plain", "list"]) == ["plain", "list"]
     assert decompress_backtrace("not base64 zlib") == []
+
+
+@pytest.mark.parametrize(
+    ("job", "error_class"),
+    [
+        ("tests.testapp.jobs.NeedsArgumentsToBuild", "TypeError"),
+        ("tests.testapp.jobs.RaisesUnprintable", "tests.testapp.jobs.UnprintableError"),
+        ("tests.testapp.jobs.RaisesKeyboardInterrupt", "KeyboardInterrupt"),
+    ],
+)
+def test_failures_outside_perform_or_with_broken_messages_are_filed_like_any_failure(redis, in_flight, job, error_class):
+    # Given a job that fails while being built, or raises something unusual
+    from jobsapp.processor import Processor
+
+    unit, _ = in_flight({"class": job, "args": []})
+    # When a processor runs it, Then it is filed in the retry set (no requeue loop, no dead thread)
+    result = Processor(RetryPolicy(get_redis(), INFLIGHT)).process(unit)
+    assert result.failed and not result.acknowledge
+    retried = json.loads(redis.zrange("retry", 0, -1)[0])
+    assert retried["error_class"] == error_class and retried["error_message"]
+    assert redis.llen(INFLIGHT) == 0

@@ -86,3 +86,28 @@ class Crash(Job):
 
     def perform(self, value):
         os._exit(1)
+
+
+class NeedsArgumentsToBuild(Job):
+    """A job whose __init__ cannot be called the way a worker builds jobs."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def perform(self):
+        return None
+
+
+class UnprintableError(Exception):
+    def __str__(self):
+        raise RuntimeError("no message for you")
+
+
+class RaisesUnprintable(Job):
+    def perform(self):
+        raise UnprintableError()
+
+
+class RaisesKeyboardInterrupt(Job):
+    def perform(self):
+        raise KeyboardInterrupt
