@@ -152,8 +152,8 @@ def timestamp_seconds(value: Any) -> float | None:
     """A payload time as float epoch seconds; an integer is Sidekiq 8's milliseconds."""
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, int):
-        return value / 1000.0
-    if isinstance(value, float):
-        return value
-    return None
+    try:
+        seconds = value / 1000.0 if isinstance(value, int) else value if isinstance(value, float) else None
+    except OverflowError:  # a hostile 400-digit integer: no usable time
+        return None
+    return seconds if seconds is not None and math.isfinite(seconds) else None

@@ -79,6 +79,20 @@ def compress_backtrace(lines: list[str]) -> str:
     return base64.encodebytes(zlib.compress(_encoder.encode(lines).encode("utf-8"))).decode("ascii")
 
 
+#: The most a stored backtrace may inflate to when read: a hostile entry of a megabyte could
+#: otherwise inflate to a gigabyte in every page that lists it.
+BACKTRACE_MAX_INFLATED_BYTES = 1_000_000
+
+
+def inflate_backtrace(value: str) -> Any:
+    """Decode base64 + zlib + JSON, refusing (ValueError) past BACKTRACE_MAX_INFLATED_BYTES."""
+    inflater = zlib.decompressobj()
+    data = inflater.decompress(base64.b64decode(value), BACKTRACE_MAX_INFLATED_BYTES)
+    if inflater.unconsumed_tail:
+        raise ValueError(f"the backtrace inflates past {BACKTRACE_MAX_INFLATED_BYTES} bytes")
+    return json.loads(data)
+
+
 def decompress_backtrace(value: Any) -> list[str]:
     """The lines of an ``error_backtrace`` field (compressed, or a plain list from old Sidekiqs)."""
     if isinstance(value, list):
@@ -86,8 +100,8 @@ def decompress_backtrace(value: Any) -> list[str]:
     if not isinstance(value, str) or not value:
         return []
     try:
-        lines = json.loads(zlib.decompress(base64.b64decode(value)))
-    except (ValueError, zlib.error):  # unreadable backtrace: show none rather than fail the page
+        lines = inflate_backtrace(value)
+    except (ValueError, zlib.error):  # unreadable or oversized backtrace: none rather than a failed page
         return []
     return [str(line) for line in lines] if isinstance(lines, list) else []
 

@@ -135,7 +135,7 @@ class TaskAdmin(admin.ModelAdmin):
             percent, failed, percent, "#d9822b" if failed else "#3a7bd5",
         )  # fmt: skip
 
-    @admin.action(description="Retry the errored jobs of the selected tasks")
+    @admin.action(description="Retry the errored jobs of the selected tasks", permissions=["change"])
     def retry_errored_jobs(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
         retried = 0
         try:

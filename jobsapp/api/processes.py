@@ -44,7 +44,7 @@ def _text(value: bytes | str | None) -> str:
 def _number(value: bytes | str | None, kind: type[int] | type[float]) -> Any:
     try:
         return kind(float(_text(value))) if value is not None else kind(0)
-    except ValueError:
+    except (ValueError, OverflowError):  # hostile or garbled field: shown as 0, never a 500
         return kind(0)
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ..payload import timestamp_seconds
+from ..retry import inflate_backtrace
 from .redaction import redact
 
 Item = dict[str, Any]
@@ -48,7 +49,7 @@ def decode_backtrace(value: Any) -> list[str]:
     if not isinstance(value, str):
         return [str(value)]
     try:
-        lines = json.loads(zlib.decompress(base64.b64decode(value)))
+        lines = inflate_backtrace(value)
     except (binascii.Error, zlib.error, ValueError):  # display only: the job itself is untouched
         return ["(the backtrace could not be decoded)"]
     if not isinstance(lines, list):

@@ -35,7 +35,7 @@ def _int(value: bytes | str | None) -> int:
         return 0
     try:
         return int(float(_text(value)))
-    except ValueError:
+    except (ValueError, OverflowError):  # hostile or garbled counter: shown as 0, never a 500
         return 0
 
 

@@ -15,6 +15,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from .. import api
+from ..templatetags.jobs_dashboard import queue_url
 from .access import staff_view
 from .pages import SET_PAGES
 
@@ -68,7 +69,7 @@ def queue_action(request: HttpRequest) -> HttpResponse:
         )
     else:
         return HttpResponseBadRequest("unknown action")
-    return _back(request, reverse("jobsapp:queue", args=[name]))
+    return _back(request, queue_url(name) or reverse("jobsapp:queues"))
 
 
 @staff_view

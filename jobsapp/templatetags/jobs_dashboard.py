@@ -8,6 +8,7 @@ producer sharing the Redis).
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any
 from urllib.parse import urlencode
 
@@ -46,7 +47,9 @@ def duration(seconds: Any) -> str:
     """Seconds as "1.2 s", "4 min", "3 h 5 min", "2 d 4 h"."""
     try:
         value = float(seconds)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
+        return "—"
+    if not math.isfinite(value):
         return "—"
     if value < 60:
         return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"

@@ -323,3 +323,24 @@ def test_redis_down_answers_503_not_500(staff, settings):
     post = staff.post(reverse("jobsapp:queue_action"), {"queue": "default", "action": "clear"})
     assert post.status_code == 503
     assert "Redis is unavailable" in staff.get(reverse("jobsapp:queues")).content.decode()
+
+
+def test_hostile_numbers_and_backtrace_bombs_never_500(staff, redis):
+    # Given jobs and a process whose numbers no sane client writes, and a backtrace that would
+    # inflate to far more than a page may hold
+    import base64
+    import json as json_module
+    import zlib
+
+    redis.lpush("queue:default", '{"class":"X","args":[],"jid":"a","enqueued_at":' + "9" * 400 + "}")
+    redis.lpush("queue:weird", '{"class":"X","args":[],"jid":"b","enqueued_at":-1e999}')
+    redis.sadd("queues", "default", "weird")
+    bomb = base64.b64encode(zlib.compress(b'["' + b"x" * 20_000_000 + b'"]')).decode()
+    redis.zadd("retry", {json_module.dumps({"class": "X", "args": [], "jid": "c", "error_backtrace": bomb}): 1})
+    redis.sadd("processes", "host:1:abc")
+    redis.hset("host:1:abc", mapping={"info": '{"hostname":"host","pid":1}', "busy": "1e999", "rss": "nan", "beat": "x"})
+    # When an operator opens the pages, Then each answers 200
+    for url in ("/jobs/", "/jobs/stats.json", "/jobs/queues/", "/jobs/queues/weird", "/jobs/sets/retries/", "/jobs/busy/", "/jobs/metrics"):
+        response = staff.get(url)
+        assert response.status_code == 200, url
+    assert "NaN" not in staff.get("/jobs/stats.json").content.decode()
