@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -44,6 +45,22 @@ class MessageSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+#: "ValueError: <text>" as the tracking middleware records a crash, and "<reason> (ValueError: <text>)"
+#: for a job that will not run again.
+_CRASH = re.compile(r"^(?P<cls>[A-Za-z_]\w*)(?:: .*)?$", re.DOTALL)
+_DEAD_WITH_CRASH = re.compile(r"^(?P<head>.*?) \((?P<cls>[A-Za-z_]\w*)(?:: .*)?\)$", re.DOTALL)
+
+
+def crash_summary(text: str) -> str:
+    """A crash message cut to its exception class: a crash's text can carry what its owner must not
+    see (a DSN, a token in a URL), while business failures ("failed") are written for users."""
+    match = _DEAD_WITH_CRASH.match(text)
+    if match:
+        return f"{match['head']} ({match['cls']})"
+    match = _CRASH.match(text)
+    return match["cls"] if match else text
+
+
 class EventSerializer(serializers.ModelSerializer):
     messages = MessageSerializer(many=True, read_only=True)
     params = serializers.JSONField(read_only=True, help_text='{"args": [...], "kwargs": {...}}')
@@ -55,6 +72,14 @@ class EventSerializer(serializers.ModelSerializer):
 
     def to_representation(self, instance: Event) -> dict[str, Any]:
         data = super().to_representation(instance)
-        data["messages"] = list(instance.messages or [])
+        messages = list(instance.messages or [])
+        request = self.context.get("request")
+        if not (request is not None and request.user.is_staff):
+            # crashes are shown to the task's owner by exception class only; staff see the text
+            messages = [
+                {**entry, "message": crash_summary(str(entry.get("message", "")))} if entry.get("status") == "error" else entry
+                for entry in messages
+            ]
+        data["messages"] = messages
         data["params"] = redact(instance.params)  # secret-looking keys (JOBSAPP["REDACT_KEYS"])
         return data

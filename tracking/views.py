@@ -129,7 +129,7 @@ class TaskViewSet(OwnedTasks, viewsets.ReadOnlyModelViewSet):
         if statuses:
             events = events.filter(status__in=statuses)
         page = self.paginate_queryset(events)
-        return self.get_paginated_response(EventSerializer(page, many=True).data)
+        return self.get_paginated_response(EventSerializer(page, many=True, context=self.get_serializer_context()).data)
 
 
 @extend_schema(tags=["tracking"])

@@ -189,3 +189,31 @@ def test_progress_page_is_the_owners_only(client, ann, bob):
     page = client.get(f"/tasks/{task.pk}/")
     assert page.status_code == 200
     assert f'data-summary-url="/api/tasks/{task.pk}/"'.encode() in page.content
+
+
+def test_crash_text_is_shown_to_staff_but_cut_to_its_class_for_the_owner():
+    from tracking.serializers import crash_summary
+
+    assert crash_summary("OperationalError: password authentication failed for user app") == "OperationalError"
+    assert crash_summary("not run again: killed (HTTPError: 401 for https://x/?api_key=s3cret)") == "not run again: killed (HTTPError)"
+    assert crash_summary("retries exhausted") == "retries exhausted"
+
+
+def test_crash_text_reaches_staff_but_only_its_class_reaches_the_owner(api, ann, django_user_model):
+    # Given a job that crashed with a secret in its message
+    task = make_task(ann)
+    first = job_ids(task)[0]
+    recorder.record(first, recorder.START)
+    recorder.record(first, recorder.CRASHED, message="OperationalError: password authentication failed: s3cret")
+    # When its owner reads the events, Then only the exception class is shown
+    [event] = api.get(f"/api/tasks/{task.pk}/events/?status=error").json()["results"]
+    assert [entry["message"] for entry in event["messages"] if entry["status"] == "error"] == ["OperationalError"]
+    # And a staff owner sees the whole text (staff also have the admin and the logs)
+    ops = django_user_model.objects.create_user("ops", is_staff=True)
+    staff_task = make_task(ops)
+    job = job_ids(staff_task)[0]
+    recorder.record(job, recorder.START)
+    recorder.record(job, recorder.CRASHED, message="OperationalError: password authentication failed: s3cret")
+    staff = APIClient()
+    staff.force_authenticate(ops)
+    assert "s3cret" in staff.get(f"/api/events/{job}/").json()["messages"][-1]["message"]
