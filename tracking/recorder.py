@@ -100,6 +100,16 @@ DEAD = Transition("dead", ERROR, True, _NOT_FINAL)
 REQUEUED = Transition("requeue", ENQUEUE, False, frozenset({(WORKING, False)}))
 #: An operator retries a dead job (admin action): the only way out of a final state.
 REOPENED = Transition("reopen", ENQUEUE, False, frozenset({(ERROR, True)}))
+#: The most messages an event keeps: the first one (how it started) and the newest ones. A job
+#: that reports progress every second for hours would otherwise make every flush rewrite, and
+#: every poll download, megabytes.
+MAX_MESSAGES = 200
+
+
+def _capped(messages: list[MessageEntry]) -> list[MessageEntry]:
+    return messages if len(messages) <= MAX_MESSAGES else [messages[0], *messages[-(MAX_MESSAGES - 1) :]]
+
+
 #: Progress messages only: the status does not change.
 MESSAGES_ONLY = Transition("messages", None, False, _ANY)
 
@@ -215,7 +225,7 @@ def _apply(changes: Sequence[Change], shard: int, *, check_now: bool) -> tuple[l
         if change.message is not None:
             added.append(message_entry(state.status, change.message, at=change.at))
         if added:
-            state.messages = [*(state.messages or []), *added]
+            state.messages = _capped([*(state.messages or []), *added])
         state.attempts += int(transition.counts_attempt)
         state.changes += 1
         state.updated_at = change.at

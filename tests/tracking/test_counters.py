@@ -161,3 +161,20 @@ def test_summary_stays_one_query_as_events_and_shards_grow(django_user_model, dj
         etags.append(response["ETag"])
     assert len(set(etags)) == len(etags)
     assert TaskCounter.objects.filter(task=task).count() == 6
+
+
+@pytest.mark.django_db
+def test_an_event_keeps_its_first_and_newest_messages_only():
+    from tracking import recorder
+    from tracking.models import Event, Task
+
+    # Given a job that reports progress far more often than anyone reads it
+    task = Task.objects.launch(Succeeds, [[1]], name="chatty")
+    job_id = Event.objects.get(task=task).job_id
+    recorder.record(job_id, recorder.START)
+    for number in range(recorder.MAX_MESSAGES + 50):
+        recorder.record(job_id, recorder.MESSAGES_ONLY, message=f"row {number}")
+    # Then the event holds at most MAX_MESSAGES: how it started, and the newest progress
+    messages = Event.objects.get(job_id=job_id).messages
+    assert len(messages) == recorder.MAX_MESSAGES
+    assert messages[0]["status"] == "working" and messages[-1]["message"] == f"row {recorder.MAX_MESSAGES + 49}"
