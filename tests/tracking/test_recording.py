@@ -234,10 +234,13 @@ def test_progress_messages_are_batched(pop, run_job, settings, django_assert_max
     item = pop()
     with django_assert_max_num_queries(16):  # start, then the end with every message, and the finish
         run_job(item)
-    # Then every message is kept, in order, written with the final status
+    # Then the messages are written with the final status: the first and the newest ones, in order
+    from tracking.recorder import MAX_MESSAGES
+
     row = event(jid)
-    assert len(row.messages) == 500 and row.status == "finish"
+    assert len(row.messages) == MAX_MESSAGES and row.status == "finish"
     assert row.messages[0]["message"] == "row 1 of 500" and row.messages[-1]["message"] == "row 500 of 500"
+    assert row.messages[1]["message"] == f"row {500 - MAX_MESSAGES + 2} of 500"
 
 
 def test_progress_messages_flush_while_running(pop, run_job, settings):
