@@ -190,6 +190,7 @@ class QueueWaiters:
         self._connection_ids: dict[str, int] = {}
         self._busy: set[str] = set()
         self._lock = threading.Lock()
+        self.closed = False  # set at quiet: a job a waiter still moves is put back at once
 
     def _waiter(self, name: str) -> queue.SimpleQueue[float | None]:
         requests = self._requests.get(name)
@@ -219,6 +220,14 @@ class QueueWaiters:
                     self._connection_ids[name] = int(connection.client_id())
             except (redis.RedisError, OSError):  # reported as "nothing"; the fetcher's next Lua fetch sees the outage
                 time.sleep(min(timeout, 0.5))
+            if raw is not None and self.closed:
+                # moved in flight after the process went quiet: nobody will collect it, so it
+                # goes straight back to the front of its queue
+                try:
+                    _requeue(self.client, self.inflight_key, [UnitOfWork(raw, name)])
+                    raw = None
+                except (redis.RedisError, OSError):  # kept for collect(); stop() puts it back
+                    pass
             with self._lock:
                 self._busy.discard(name)
             self._results.put((name, raw))
@@ -254,11 +263,16 @@ class QueueWaiters:
             elif not self._busy:
                 break
         if units:
-            self.interrupt()
+            self._unblock()
             units.extend(self.collect())
         return units
 
     def interrupt(self) -> None:
+        """At quiet: unblock every waiter, and put back whatever one of them still moves."""
+        self.closed = True
+        self._unblock()
+
+    def _unblock(self) -> None:
         with self._lock:
             busy = list(self._busy)
         for name in busy:

@@ -232,3 +232,18 @@ def test_idle_worker_on_several_queues_wakes_for_any_of_them(redis_server, redis
             wait_until(lambda index=index: redis.llen(RAN_KEY) == index + 1, timeout_seconds=5)
     assert sorted(ran(redis)) == ["a2", "b1", "c0", "c3"]
     assert all(redis.llen(f"queue:{name}") == 0 for name in "abc")
+
+
+def test_quiet_worker_on_several_queues_takes_nothing_more(redis_server, redis):
+    fast_beat = {"JOBSAPP_TEST_OVERRIDES": '{"HEARTBEAT_INTERVAL_SECONDS": 0.3}'}
+    with WorkerProcess(["-q", "a", "-q", "b", "-c", "2"], redis_url=redis_server.url, env=fast_beat) as worker:
+        time.sleep(0.3)  # idle: a waiter is blocked on each queue
+        worker.signal(signal.SIGTSTP)
+        wait_until(lambda: redis.hget(worker.identity, "quiet") == b"true", message="quiet")
+        for queue in ("a", "b"):
+            Record.set(queue=queue).perform_async(f"after quiet on {queue}")
+        time.sleep(2.5)  # longer than an idle BLMOVE
+        # Then both jobs wait on their queues, none is held in this quiet process's in-flight list
+        assert redis.llen("queue:a") == 1 and redis.llen("queue:b") == 1
+        assert redis.llen(f"jobsapp:inflight:{worker.identity}") == 0
+        assert redis.llen(RAN_KEY) == 0
