@@ -117,15 +117,19 @@ class Work:
     record: JobRecord = field(compare=False)
 
 
-def _per_process(connection: Any, command: Callable[[Any, str], object]) -> list[tuple[str, Any]]:
-    """One pipelined command per identity in ``processes``: [(identity, reply), ...]."""
-    identities = [_text(name) for name in connection.smembers(keys.PROCESSES)]
+def _per_process(connection: Any, queue_commands: Callable[[Any, str], object], *, each: int = 1) -> list[tuple[str, Any]]:
+    """Pipeline ``each`` commands per identity in ``processes`` (in identity order), one round trip:
+    [(identity, reply)] when ``each`` is 1, else [(identity, [replies...])]."""
+    identities = sorted(_text(name) for name in connection.smembers(keys.PROCESSES))
     if not identities:
         return []
     pipe = connection.pipeline(transaction=False)
     for identity in identities:
-        command(pipe, identity)
-    return list(zip(identities, pipe.execute(), strict=True))
+        queue_commands(pipe, identity)
+    replies = pipe.execute()
+    if each == 1:
+        return list(zip(identities, replies, strict=True))
+    return [(identity, replies[index * each : (index + 1) * each]) for index, identity in enumerate(identities)]
 
 
 class ProcessSet:
@@ -136,15 +140,10 @@ class ProcessSet:
     def all(*, prune: bool = True) -> list[Process]:
         """Every live process, sorted by identity; dead names are pruned from ``processes``."""
         connection = get_redis()
-        identities = sorted(_text(name) for name in connection.smembers(keys.PROCESSES))
-        if not identities:
-            return []
-        pipe = connection.pipeline(transaction=False)
-        for identity in identities:
-            pipe.hmget(keys.process(identity), *PROCESS_FIELDS)
+        replies = _per_process(connection, lambda pipe, identity: pipe.hmget(keys.process(identity), *PROCESS_FIELDS))
         processes = []
         dead = []
-        for identity, (info, busy, beat, quiet, rss, rtt_us) in zip(identities, pipe.execute(), strict=True):
+        for identity, (info, busy, beat, quiet, rss, rtt_us) in replies:
             if info is None:
                 dead.append(identity)
                 continue
@@ -248,19 +247,14 @@ class WorkSet:
     @translate_errors
     def all() -> list[Work]:
         """Running jobs, longest running first."""
-        connection = get_redis()
-        identities = sorted(_text(name) for name in connection.smembers(keys.PROCESSES))
-        if not identities:
-            return []
-        pipe = connection.pipeline(transaction=False)
-        for identity in identities:
+
+        def queue_commands(pipe: Any, identity: str) -> None:
             pipe.exists(keys.process(identity))
             pipe.hgetall(keys.work(identity))
             pipe.hgetall(keys.workers(identity))
-        replies = pipe.execute()
+
         running = []
-        for index, identity in enumerate(identities):
-            alive, work, workers = replies[3 * index : 3 * index + 3]
+        for identity, (alive, work, workers) in _per_process(get_redis(), queue_commands, each=3):
             if not alive:
                 continue
             for thread_id, value in (work or workers).items():

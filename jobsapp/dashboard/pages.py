@@ -44,7 +44,7 @@ def _filter(request: HttpRequest, name: str) -> str:
 
 
 def stats_payload(stats: api.Stats) -> dict[str, Any]:
-    """The counters as JSON-ready data (the overview's polling and the CLI share this shape)."""
+    """The counters as JSON-ready data, for the overview's first render and its polling."""
     return {
         "processed": stats.processed,
         "failed": stats.failed,
