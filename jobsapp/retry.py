@@ -173,20 +173,6 @@ def call_death_handlers(item: Item, exception: BaseException | None) -> None:
             logger.exception("death handler %s failed", path)
 
 
-def file_dead(client: redis.Redis, unit: UnitOfWork | None, inflight_key: str, item: Item, timestamp: float) -> bool:
-    """Add ``item`` to the dead set (trimmed), removing ``unit`` from the in-flight list atomically."""
-    cutoff, maximum = dead_trim_args(timestamp)
-    raw = unit.raw if unit is not None else b""
-    key = inflight_key if unit is not None else ""
-    return bool(
-        script("retry")(
-            client,
-            [key, keys.DEAD, keys.RECOVERIES],
-            [raw, repr(timestamp), _encoder.encode(item), str(item.get("jid", "")), cutoff, maximum],
-        )
-    )
-
-
 class RetryPolicy:
     """Decides and files the fate of a failed job."""
 
@@ -199,24 +185,19 @@ class RetryPolicy:
         self.stop = stop
 
     def _file(self, unit: UnitOfWork, target: str, score: float, item: Item, timestamp: float) -> bool:
-        """Write the outcome, waiting out a Redis outage: the job stays in flight until it is filed."""
-        if target == keys.DEAD:
-            return call_with_retry(
-                lambda: file_dead(self.client, unit, self.inflight_key, item, timestamp),
-                what="filing a job in the dead set",
-                logger=logger,
-                stop=self.stop,
-            )
+        """Write the outcome (``retry.lua``: file and un-flight atomically, the dead set trimmed in
+        the same script), waiting out a Redis outage: the job stays in flight until it is filed."""
+        cutoff, maximum = dead_trim_args(timestamp) if target == keys.DEAD else ("", 0)
         member = _encoder.encode(item)
         return call_with_retry(
             lambda: bool(
                 script("retry")(
                     self.client,
                     [self.inflight_key, target, keys.RECOVERIES],
-                    [unit.raw, repr(score), member, str(item.get("jid", "")), "", 0],
+                    [unit.raw, repr(score), member, str(item.get("jid", "")), cutoff, maximum],
                 )
             ),
-            what="filing a job in the retry set",
+            what=f"filing a job in the {target} set",
             logger=logger,
             stop=self.stop,
         )
