@@ -93,8 +93,10 @@ def main() -> None:
     client = get_redis()
     results: list[tuple[str, str]] = []
     try:
-        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-              f"Redis {client.info('server')['redis_version']}")
+        print(
+            f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"Redis {client.info('server')['redis_version']}"
+        )
 
         # --- enqueue ----------------------------------------------------------------------
         count = 20_000
@@ -128,8 +130,12 @@ def main() -> None:
             time.sleep(5.5)  # one heartbeat, for RSS
             for identity in client.smembers("processes"):
                 rss_values.append(int(client.hget(identity, "rss") or 0))
-        results.append((f"drain {options.jobs:,} no-op jobs, -P 2 -c 10, {options.fetch} fetch",
-                         f"best {max(rates):,.0f} jobs/s, median {statistics.median(rates):,.0f} jobs/s"))
+        results.append(
+            (
+                f"drain {options.jobs:,} no-op jobs, -P 2 -c 10, {options.fetch} fetch",
+                f"best {max(rates):,.0f} jobs/s, median {statistics.median(rates):,.0f} jobs/s",
+            )
+        )
         results.append(("worker RSS after the drain", ", ".join(f"{value / 1024:.1f} MB" for value in sorted(rss_values))))
         print(*results[-2:], sep="\n")
 
@@ -150,8 +156,12 @@ def main() -> None:
                 while client.llen("bench:latency") < total and time.monotonic() < deadline:
                     time.sleep(0.05)
             samples = [float(value) * 1000 for value in client.lrange("bench:latency", 0, -1)]
-            results.append((f"latency enqueue->start at 200 jobs/s, {len(queues)} queue(s)",
-                            f"p50 {percentile(samples, 0.5):.2f} ms, p99 {percentile(samples, 0.99):.2f} ms ({len(samples)} jobs)"))
+            results.append(
+                (
+                    f"latency enqueue->start at 200 jobs/s, {len(queues)} queue(s)",
+                    f"p50 {percentile(samples, 0.5):.2f} ms, p99 {percentile(samples, 0.99):.2f} ms ({len(samples)} jobs)",
+                )
+            )
             print(results[-1])
 
         # --- scheduled lateness ---------------------------------------------------------------
@@ -169,9 +179,13 @@ def main() -> None:
             while client.llen("bench:lateness") < scheduled and time.monotonic() < deadline:
                 time.sleep(0.1)
         lateness = [float(value) * 1000 for value in client.lrange("bench:lateness", 0, -1)]
-        results.append(("scheduled-job lateness (jobs due 1-6 s ahead)",
-                        f"p50 {percentile(lateness, 0.5):.1f} ms, p99 {percentile(lateness, 0.99):.1f} ms, "
-                        f"earliest {min(lateness):.1f} ms ({len(lateness)} jobs)"))
+        results.append(
+            (
+                "scheduled-job lateness (jobs due 1-6 s ahead)",
+                f"p50 {percentile(lateness, 0.5):.1f} ms, p99 {percentile(lateness, 0.99):.1f} ms, "
+                f"earliest {min(lateness):.1f} ms ({len(lateness)} jobs)",
+            )
+        )
         print(results[-1])
     finally:
         server.stop()

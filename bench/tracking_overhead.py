@@ -75,9 +75,11 @@ def measure(jobs: int, poll_jobs: int) -> dict[str, object]:
     from tracking.models import Task
 
     redis = get_redis()
-    results: dict[str, object] = {"database": f"{connection.vendor} {connection.Database.sqlite_version}"
-                                  if connection.vendor == "sqlite" else f"{connection.vendor} "
-                                  f"{connection.cursor().connection.info.server_version}"}
+    results: dict[str, object] = {
+        "database": f"{connection.vendor} {connection.Database.sqlite_version}"
+        if connection.vendor == "sqlite"
+        else f"{connection.vendor} {connection.cursor().connection.info.server_version}"
+    }
     workers = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "runworkers", *WORKER_ARGS],
         env=os.environ.copy(),
@@ -174,8 +176,7 @@ def main() -> None:
     databases = [("SQLite", f"sqlite:///{directory / 'bench.sqlite3'}")]
     if not options.no_postgres:
         databases.append(("PostgreSQL", postgres_database(options.postgres, "tracking_bench", drop=False)))
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"workers {' '.join(WORKER_ARGS)}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; workers {' '.join(WORKER_ARGS)}")
     try:
         for label, url in databases:
             server.client().flushall()

@@ -9,10 +9,14 @@ from .errors import (
     NoRetryError,
     PayloadTooLarge,
     RedisUnavailable,
+    ReplicationTimeout,
     UnknownJobClass,
+    UnknownShard,
 )
+from .functions import job
 from .job import Job, Worker, sidekiq_options
 from .middleware import ClientMiddleware, ServerMiddleware
+from .periodic import periodic_job
 
 __all__ = [
     "ClientMiddleware",
@@ -22,8 +26,12 @@ __all__ = [
     "NoRetryError",
     "PayloadTooLarge",
     "RedisUnavailable",
+    "ReplicationTimeout",
     "ServerMiddleware",
     "UnknownJobClass",
+    "UnknownShard",
     "Worker",
+    "job",
+    "periodic_job",
     "sidekiq_options",
 ]

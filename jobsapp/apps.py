@@ -1,4 +1,5 @@
-"""Django app config: registers system checks and autodiscovers every installed app's jobs.py."""
+"""Django app config: registers system checks and autodiscovers every installed app's jobs.py and
+tasks.py (function jobs, django.tasks and Celery-style tasks register themselves when defined)."""
 
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
@@ -11,4 +12,4 @@ class JobsAppConfig(AppConfig):
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the checks)
 
-        autodiscover_modules("jobs")
+        autodiscover_modules("jobs", "tasks")

@@ -1,26 +1,183 @@
-"""System checks for the engine's settings. Ids are stable: jobsapp.E001 onwards."""
+"""System checks for the engine's settings. Ids are stable: jobsapp.E001 onwards.
+
+``runworkers`` runs the checks tagged ``jobsapp`` before it starts (an error stops it); ``manage.py
+check`` and ``runserver`` run them all. Every key of ``settings.JOBSAPP`` is checked against its
+default in ``jobsapp/conf.py``: an unknown key is E001; a value whose type is not the default's
+(a string where a list is expected, ``"2"`` for a number) is E005; a negative number, or zero
+where at least one is needed, is E006. A setting added to ``conf.DEFAULTS`` is covered at once
+(its default's type is the rule; a ``None`` default accepts anything); give it a custom rule here
+only when that is not enough.
+
+| id | what |
+|---|---|
+| jobsapp.E001 | unknown JOBSAPP key |
+| jobsapp.E002 | FETCH is neither "reliable" nor "basic" |
+| jobsapp.E003 | MAX_PAYLOAD_BYTES is not a positive int |
+| jobsapp.E004 | CONCURRENCY is not a positive int |
+| jobsapp.E005 | a JOBSAPP value of the wrong type |
+| jobsapp.E006 | a JOBSAPP number out of range |
+| jobsapp.E007 | QUEUES names no queue, or a queue entry that ``-q`` would refuse |
+| jobsapp.E008 | LOG_FORMAT is neither "text" nor "json" |
+| jobsapp.W001 | the dashboard is in the URLs but no login page exists for anonymous visitors |
+| jobsapp.E040-E044 | Sentinel, ENQUEUE_REPLICAS and SHARDS (``check_connection_settings``) |
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core import checks
 
-from .conf import jobs_settings
+from . import shards
+from .conf import DEFAULTS, jobs_settings
+
+SETTING_IDS = {"unknown": "jobsapp.E001", "type": "jobsapp.E005", "range": "jobsapp.E006"}
+
+#: Numbers that must be at least 1 (all other numbers must be at least 0).
+AT_LEAST_ONE = frozenset(
+    {
+        "CONCURRENCY",
+        "PROCESSES",
+        "FETCH_BATCH_SIZE",
+        "POISON_RECOVERY_LIMIT",
+        "MAX_PAYLOAD_BYTES",
+        "ERROR_MESSAGE_MAX_CHARS",
+    }
+)
+#: Checked by their own, older ids (kept stable).
+OWN_CHECKS = frozenset(
+    {
+        "FETCH",
+        "MAX_PAYLOAD_BYTES",
+        "CONCURRENCY",
+        # check_connection_settings (E040-E044) and jobsapp.shards judge these
+        "SENTINELS",
+        "SENTINEL_SERVICE",
+        "SENTINEL_OPTIONS",
+        "ENQUEUE_REPLICAS",
+        "ENQUEUE_REPLICAS_TIMEOUT_SECONDS",
+        "SHARDS",
+        "PERIODIC",  # check_periodic
+        "QUEUE_LIMITS",  # E011 below
+    }
+)
+
+
+def expected_type(default: Any) -> tuple[type, ...] | None:
+    """The types a setting may take, judged by its default (None: no rule)."""
+    if default is None:
+        return None
+    if isinstance(default, bool):
+        return (bool,)
+    if isinstance(default, int):
+        return (int,)
+    if isinstance(default, float):
+        return (int, float)
+    if isinstance(default, (list, tuple)):
+        return (list, tuple)
+    if isinstance(default, dict):
+        return (dict,)
+    if isinstance(default, str):
+        return (str,)
+    return None
+
+
+TYPE_NAMES = {bool: "True or False", int: "a whole number", float: "a number", list: "a list", dict: "a dict", str: "a string"}
+
+
+def settings_problems(
+    setting: str,
+    user: Any,
+    defaults: Mapping[str, Any],
+    *,
+    ids: Mapping[str, str],
+    at_least_one: frozenset[str] = frozenset(),
+    skip: frozenset[str] = frozenset(),
+) -> list[checks.CheckMessage]:
+    """Unknown keys, wrong types and ranges of one settings dict, judged against its defaults;
+    ``ids`` names the check id of each (keys "unknown", "type", "range"). Shared with
+    ``tracking.checks``."""
+    if user is None:
+        return []
+    if not isinstance(user, Mapping):
+        return [
+            checks.Error(
+                f"settings.{setting} is {type(user).__name__}, not a dict.",
+                hint=f"Set {setting} = {{...}} with the keys you change; every key and its default are in the app's conf.py.",
+                id=ids["type"],
+            )
+        ]
+    messages: list[checks.CheckMessage] = []
+    unknown = sorted(str(key) for key in set(user) - set(defaults))
+    if unknown:
+        messages.append(
+            checks.Error(
+                f"Unknown {setting} setting(s): {', '.join(unknown)}.",
+                hint=f"Known keys: {', '.join(sorted(defaults))} (see the app's conf.py for their defaults).",
+                id=ids["unknown"],
+            )
+        )
+    for key in sorted(set(user) & set(defaults) - skip):
+        value, default = user[key], defaults[key]
+        allowed = expected_type(default)
+        if allowed == (int,) and key.endswith("_SECONDS"):
+            allowed = (int, float)  # a duration given as a whole number by default may still be 2.5 s
+        if allowed is None:
+            continue
+        wrong_type = not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)
+        if wrong_type:
+            wanted = TYPE_NAMES.get(allowed[-1] if allowed != (int, float) else float, allowed[0].__name__)
+            hint = f"Use {wanted}, like the default {default!r}."
+            if isinstance(value, str) and isinstance(default, (list, tuple)):
+                hint = f"A string is a sequence of characters: use a list, [{value!r}], not {value!r}."
+            elif isinstance(value, str) and isinstance(default, (int, float)) and not isinstance(default, bool):
+                hint = f"Use the number itself, {value.strip()} rather than {value!r}, if that is what you meant."
+            messages.append(checks.Error(f"{setting}[{key!r}] is {value!r} ({type(value).__name__}).", hint=hint, id=ids["type"]))
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            minimum = 1 if key in at_least_one else 0
+            if value < minimum or value != value:  # NaN compares false with everything
+                messages.append(
+                    checks.Error(
+                        f"{setting}[{key!r}] is {value!r}.",
+                        hint=f"Use a number >= {minimum} (default {default!r}).",
+                        id=ids["range"],
+                    )
+                )
+    return messages
+
+
+def queue_problems(queues: Any) -> list[checks.CheckMessage]:
+    """QUEUES must name queues as ``-q`` takes them: ``"name"`` or ``"name,weight"``."""
+    if not isinstance(queues, (list, tuple)):
+        return []  # E005 already says so
+    from .fetch import QueueOrder
+
+    hint = 'Use a list of queue names, each optionally with a weight: ["critical,3", "default"].'
+    if not queues:
+        return [checks.Error("JOBSAPP['QUEUES'] is empty: workers would listen on no queue.", hint=hint, id="jobsapp.E007")]
+    if not all(isinstance(entry, str) and entry.strip() for entry in queues):
+        return [
+            checks.Error(f"JOBSAPP['QUEUES'] is {list(queues)!r}: every entry must be a non-empty string.", hint=hint, id="jobsapp.E007")
+        ]
+    try:
+        QueueOrder.parse(list(queues))
+    except ValueError as error:
+        return [checks.Error(f"JOBSAPP['QUEUES'] is {list(queues)!r}: {error}.", hint=hint, id="jobsapp.E007")]
+    return []
 
 
 @checks.register("jobsapp")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    messages: list[checks.CheckMessage] = []
-    unknown = jobs_settings.unknown_keys()
-    if unknown:
-        messages.append(
-            checks.Error(
-                f"Unknown JOBSAPP setting(s): {', '.join(unknown)}.",
-                hint="See jobsapp/conf.py for the settings and their defaults.",
-                id="jobsapp.E001",
-            )
-        )
+    user = getattr(settings, "JOBSAPP", None)
+    # PROCESSES defaults to None (one process per CPU); a value given is a whole number >= 1
+    judged = {**DEFAULTS, "PROCESSES": 1}
+    skip = OWN_CHECKS | ({"PROCESSES"} if isinstance(user, Mapping) and user.get("PROCESSES") is None else set())
+    messages = settings_problems("JOBSAPP", user, judged, ids=SETTING_IDS, at_least_one=AT_LEAST_ONE, skip=frozenset(skip))
+    if user is not None and not isinstance(user, Mapping):
+        return messages
     if jobs_settings.FETCH not in ("reliable", "basic"):
         messages.append(
             checks.Error(
@@ -30,7 +187,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     limit = jobs_settings.MAX_PAYLOAD_BYTES
-    if not isinstance(limit, int) or limit <= 0:
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
         messages.append(
             checks.Error(
                 f"JOBSAPP['MAX_PAYLOAD_BYTES'] is {limit!r}.",
@@ -39,7 +196,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     concurrency = jobs_settings.CONCURRENCY
-    if not isinstance(concurrency, int) or concurrency < 1:
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         messages.append(
             checks.Error(
                 f"JOBSAPP['CONCURRENCY'] is {concurrency!r}.",
@@ -47,4 +204,117 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="jobsapp.E004",
             )
         )
+    messages.extend(check_periodic())
+    from .limiter import queue_limits_problem
+
+    problem = queue_limits_problem(jobs_settings.QUEUE_LIMITS)
+    if problem:
+        messages.append(checks.Error(problem, hint='Use {"queue name": most jobs at once (>= 1)}.', id="jobsapp.E011"))
+    messages.extend(queue_problems(jobs_settings.QUEUES))
+    if isinstance(jobs_settings.LOG_FORMAT, str) and jobs_settings.LOG_FORMAT not in ("text", "json"):
+        messages.append(
+            checks.Error(
+                f"JOBSAPP['LOG_FORMAT'] is {jobs_settings.LOG_FORMAT!r}.", hint='Use "text" (the default) or "json".', id="jobsapp.E008"
+            )
+        )
     return messages
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_sentinel_list(value: Any) -> bool:
+    return (
+        isinstance(value, (list, tuple))
+        and bool(value)
+        and all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], int) for pair in value
+        )
+    )
+
+
+def _connection_problems(shard: str) -> list[tuple[str, str, str]]:
+    """(id, message, hint) for one shard's Sentinel and replication settings."""
+    where = "JOBSAPP" if shard == shards.DEFAULT else f"JOBSAPP['SHARDS'][{shard!r}]"
+    found: list[tuple[str, str, str]] = []
+    sentinels = shards.setting(shard, "SENTINELS")
+    service = shards.setting(shard, "SENTINEL_SERVICE")
+    if sentinels is not None and not _is_sentinel_list(sentinels):
+        hint = 'Use a list of [host, port] pairs: [["10.0.0.1", 26379], ...].'
+        found.append(("jobsapp.E040", f"{where}['SENTINELS'] is {sentinels!r}.", hint))
+    elif sentinels is not None and (not isinstance(service, str) or not service):
+        hint = "Name the master as the Sentinels know it (sentinel monitor <name> ...)."
+        found.append(("jobsapp.E040", f"{where}['SENTINEL_SERVICE'] is {service!r}.", hint))
+    options = shards.setting(shard, "SENTINEL_OPTIONS")
+    if not isinstance(options, dict):
+        hint = 'Use a dict of connection options for the Sentinels, e.g. {"password": "..."}.'
+        found.append(("jobsapp.E041", f"{where}['SENTINEL_OPTIONS'] is {options!r}.", hint))
+    replicas = shards.setting(shard, "ENQUEUE_REPLICAS")
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+        hint = "Use a number of replicas >= 0 (0, the default, does not wait)."
+        found.append(("jobsapp.E042", f"{where}['ENQUEUE_REPLICAS'] is {replicas!r}.", hint))
+    timeout = shards.setting(shard, "ENQUEUE_REPLICAS_TIMEOUT_SECONDS")
+    if not _is_number(timeout) or timeout <= 0:
+        found.append(("jobsapp.E042", f"{where}['ENQUEUE_REPLICAS_TIMEOUT_SECONDS'] is {timeout!r}.", "Use a positive number of seconds."))
+    return found
+
+
+@checks.register("jobsapp")
+def check_connection_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Sentinel, ENQUEUE_REPLICAS and SHARDS (ids jobsapp.E040-E049)."""
+    messages: list[checks.CheckMessage] = [
+        checks.Error(f"JOBSAPP['SHARDS']: {problem}.", hint="See jobsapp/shards.py for the form of a shard.", id="jobsapp.E044")
+        for problem in shards.problems()
+    ]
+    if messages:
+        return messages
+    for shard in shards.names():
+        messages += [checks.Error(message, hint=hint, id=check_id) for check_id, message, hint in _connection_problems(shard)]
+    return messages
+
+
+def check_periodic() -> list[checks.CheckMessage]:
+    """jobsapp.E010: a bad JOBSAPP["PERIODIC"] entry or @periodic_job (the workers refuse to start)."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .periodic import definitions
+
+    try:
+        definitions()
+    except ImproperlyConfigured as error:
+        return [checks.Error(str(error), hint="See the README's Periodic jobs section.", id="jobsapp.E010")]
+    return []
+
+
+@checks.register(checks.Tags.urls)
+def check_login_page(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """jobsapp.W001: the dashboard is in the URLs but anonymous visitors would be sent to a login
+    page that does not exist (no LOGIN_URL and no admin URLs). Tagged ``urls``: runworkers skips it."""
+    from django.conf import global_settings
+    from django.urls import NoReverseMatch, Resolver404, resolve, reverse
+
+    try:
+        reverse("jobsapp:overview")
+    except NoReverseMatch:
+        return []
+    try:
+        reverse("admin:login")
+        return []
+    except NoReverseMatch:
+        pass
+    login_url = str(settings.LOGIN_URL)
+    if login_url != global_settings.LOGIN_URL or "://" in login_url:
+        return []
+    try:
+        resolve(login_url)
+        return []
+    except Resolver404:
+        return [
+            checks.Warning(
+                f"The jobs dashboard sends anonymous visitors to LOGIN_URL, {login_url!r}, which no URL answers "
+                "(and the admin's URLs, used when LOGIN_URL is not set, are not included).",
+                hint='Set LOGIN_URL to your login page, or include admin.site.urls (path("admin/", admin.site.urls)).',
+                id="jobsapp.W001",
+            )
+        ]

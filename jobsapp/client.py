@@ -8,10 +8,16 @@ validated and encoded. Only then is anything written, so bad input raises and wr
 - immediate jobs: ``SADD queues <q>`` and ``LPUSH queue:<q> <json with enqueued_at>``;
 - scheduled jobs (``at`` in the future): ``ZADD schedule <at> <json without at/enqueued_at>``.
 
+Each push goes to the Redis of the shard its class or queue is routed to (``jobsapp.shards``;
+one shard, "default", without ``JOBSAPP["SHARDS"]``). With ``ENQUEUE_REPLICAS = N`` the write's
+pipeline ends with ``WAIT N <timeout>``: the push returns only once N replicas have it, and
+raises ReplicationTimeout (the job is enqueued, just not yet safe from a failover) otherwise.
+
 A bulk push prepares every item first, then writes ``batch_size`` jobs per pipeline (one round
-trip), one ``LPUSH`` per queue per batch. A refused connection raises RedisUnavailable; a pipeline
-that fails midway may have written earlier batches (their jids were returned to no one, so the
-exception says how many were written).
+trip), one ``LPUSH`` per queue per batch. A refused connection, or Redis refusing writes (OOM at
+``maxmemory``, READONLY after a failover, MISCONF), raises RedisUnavailable with the reason; a
+bulk push that fails midway may have written earlier batches, or part of the failing one (their
+jids were returned to no one, so the exception says how many were written).
 """
 
 from __future__ import annotations
@@ -21,31 +27,49 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import keys, registry
+import redis
+
+from . import batch as job_batch
+from . import keys, registry, results, shards, unique
 from .conf import jobs_settings
-from .connection import CONNECTION_ERRORS, get_redis, unavailable
+from .connection import CONNECTION_ERRORS, describe, follow_sentinel_master, get_redis, refuses_writes, unavailable
+from .errors import ReplicationTimeout
 from .middleware import client_chain, run_client_chain
-from .payload import JSON_ENCODER, check_json_native, encode, normalize_item, now
+from .payload import JSON_ENCODER, Item, check_json_native, encode, new_jid, normalize_item, now
 
 if TYPE_CHECKING:
-    import redis
-
     from .job import Job
 
-Item = dict[str, Any]
+
+#: The producer's public surface for layers built on the engine (``tracking``: docs/architecture.md):
+#: they reach these through ``jobsapp.client``, never ``jobsapp.payload`` or ``jobsapp.registry``.
+__all__ = ["Item", "check_json_native", "job_class_named", "new_jid", "push", "push_bulk"]
+
+
+def job_class_named(wire_name: str) -> type[Job] | None:
+    """The registered Job class of a wire name, or None when this process does not know it (a
+    Ruby worker's class, a renamed one): such a job is pushed by name, with no options."""
+    return registry.lookup(wire_name) if registry.is_registered(wire_name) else None
+
 
 #: Set by jobsapp.testing: receives (job_class, item) instead of Redis. None in production.
 interceptor: Callable[[type[Job] | None, Item], None] | None = None
 
 
 class _Prepared:
-    __slots__ = ("at", "data", "jid", "queue")
+    __slots__ = ("at", "batch", "data", "jid", "queue", "record", "unique_lock")
 
     def __init__(self, jid: str, queue: str, at: float | None, data: bytes) -> None:
         self.jid = jid
         self.queue = queue
         self.at = at
         self.data = data
+        # (fields, retain seconds) of the job's first result record, for sidekiq_options(retain=...)
+        self.record: tuple[dict[str, str], float] | None = None
+        # (lock key, TTL ms) for sidekiq_options(unique_for=...): taken with the push, or refused
+        self.unique_lock: tuple[str, int] | None = None
+        # the batch (jobsapp.batch) whose jobs() block this push runs in: counted with the push
+        self.batch: str | None = None
 
 
 def _job_class_for(item: Item, job_class: type[Job] | None) -> type[Job] | None:
@@ -71,31 +95,128 @@ def _prepare(item: Item, job_class: type[Job] | None, connection: redis.Redis, t
     else:
         result["enqueued_at"] = timestamp
         scheduled_at = None
-    return _Prepared(result["jid"], result["queue"], scheduled_at, encode(result)), result
+    lock = unique.lock_for(result, scheduled_at=scheduled_at, timestamp=timestamp) if "unique_for" in result else None
+    bid = job_batch.current()
+    if bid is not None:
+        result[job_batch.BATCH_KEY] = bid
+    prepared = _Prepared(result["jid"], result["queue"], scheduled_at, encode(result))
+    prepared.unique_lock = lock
+    prepared.batch = bid
+    if "retain" in result:
+        retain = results.retain_seconds(result)
+        if retain is not None:
+            prepared.record = (results.pushed_fields(result, scheduled_at=scheduled_at), retain)
+    return prepared, result
 
 
-def _write(connection: redis.Redis, prepared: list[_Prepared]) -> None:
+def _shard_of(item: Item, job_class: type[Job] | None) -> str:
+    """The shard settings route this item to (by its class's wire name, then its queue)."""
+    queue = item.get("queue") or (job_class.sidekiq_options_hash.get("queue") if job_class is not None else None)
+    return shards.route(item.get("class"), queue or jobs_settings.DEFAULT_QUEUE)
+
+
+def _write(connection: redis.Redis, prepared: list[_Prepared], *, shard: str = shards.DEFAULT) -> set[str]:
+    """Write the jobs in one pipeline; the jids of unique jobs refused because their lock is held."""
     by_queue: dict[str, list[bytes]] = defaultdict(list)
     scheduled: dict[bytes, float] = {}
+    unique_entries: list[_Prepared] = []
     for entry in prepared:
-        if entry.at is None:
+        if entry.unique_lock is not None:
+            unique_entries.append(entry)
+        elif entry.at is None:
             by_queue[entry.queue].append(entry.data)
         else:
             scheduled[entry.data] = entry.at
-    pipe = connection.pipeline(transaction=False)
+    follow_sentinel_master(at_most_every_seconds=1.0)  # so a partitioned old master is left within a second
+    batched: dict[str, int] = {}
+    for entry in prepared:
+        if entry.batch is not None:
+            batched[entry.batch] = batched.get(entry.batch, 0) + 1
+    # a batch's count and its jobs go in one MULTI: counted before the jobs can run and finish
+    pipe = connection.pipeline(transaction=bool(batched))
+    for bid, count in batched.items():
+        job_batch.count_pushed(pipe, bid, count)
+    for entry in prepared:
+        # before the push: a worker never sees a job without its record (a unique job's record is
+        # first written when it starts: its push may be refused)
+        if entry.record is not None and entry.unique_lock is None:
+            fields, retain = entry.record
+            results.add_pushed(pipe, entry.jid, fields, retain=retain, scheduled_at=entry.at)
+    pushes: list[tuple[int, int]] = []  # (reply index, jobs that command writes): for a partial failure
     if by_queue:
         pipe.sadd(keys.QUEUES, *by_queue)
         for queue, payloads in by_queue.items():
+            pushes.append((len(pipe), len(payloads)))
             pipe.lpush(keys.queue(queue), *payloads)
     if scheduled:
+        pushes.append((len(pipe), len(scheduled)))
         pipe.zadd(keys.SCHEDULE, scheduled)
-    pipe.execute()
+    unique_replies_from = len(pipe)
+    for entry in unique_entries:
+        lock = entry.unique_lock
+        if lock is not None:  # always: that is how it got into unique_entries
+            unique.push_in(pipe, lock, jid=entry.jid, data=entry.data, queue=entry.queue, at=entry.at)
+    replicas_required = int(shards.setting(shard, "ENQUEUE_REPLICAS") or 0)
+    if replicas_required:
+        timeout_seconds = float(shards.setting(shard, "ENQUEUE_REPLICAS_TIMEOUT_SECONDS"))
+        pipe.wait(replicas_required, max(1, int(timeout_seconds * 1000)))
+    pushes.extend((unique_replies_from + index, 1) for index in range(len(unique_entries)))
+    replies = pipe.execute(raise_on_error=False)
+    errors = [reply for reply in replies if isinstance(reply, Exception)]
+    if errors:  # an error reply (OOM, READONLY, ...): say how many jobs the pipeline still wrote
+        written = sum(jobs for index, jobs in pushes if not isinstance(replies[index], Exception) and int(replies[index]))
+        raise _WriteRefused(errors[0], written=written)
+    if replicas_required and int(replies[-1]) < replicas_required:
+        # A master its replicas no longer follow may be one Sentinel has replaced (after a
+        # partition): drop the idle connections, so the next push asks again where the master is.
+        connection.connection_pool.disconnect(inuse_connections=False)
+        raise ReplicationTimeout(
+            f"{len(prepared)} job(s) written to the master at {describe(shard)}, but {int(replies[-1])} of the "
+            f"{replicas_required} replicas required by ENQUEUE_REPLICAS confirmed within {timeout_seconds:g} s: "
+            "they are enqueued, and would be lost only if the master died now",
+            jids=[entry.jid for entry in prepared],
+            replicas_acknowledged=int(replies[-1]),
+            replicas_required=replicas_required,
+        )
+    if not unique_entries:
+        return set()
+    pushed = replies[unique_replies_from : unique_replies_from + len(unique_entries)]
+    refused = {entry.jid for entry, reply in zip(unique_entries, pushed, strict=True) if not int(reply)}
+    for entry in unique_entries:
+        if entry.batch is not None and entry.jid in refused:  # counted in its batch, never pushed
+            job_batch.withdraw(connection, entry.batch)
+    return refused
+
+
+class _WriteRefused(Exception):  # internal: always turned into the error the caller sees
+    """Redis answered a push pipeline with an error reply; ``written`` jobs were written anyway."""
+
+    def __init__(self, error: Exception, *, written: int) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.written = written
+
+
+def _refused(refused: _WriteRefused, *, shard: str, total: int, written_before: int = 0) -> Exception:
+    """The error a producer sees for a refused write: RedisUnavailable when Redis refuses writes
+    for now (OOM, READONLY, MISCONF: the web answers 503), else Redis's own error; both say how
+    many jobs were written."""
+    written = written_before + refused.written
+    note = f"{written} of {total} jobs were written before the failure"
+    if refuses_writes(refused.error):
+        error: Exception = unavailable(refused.error, shard=shard)
+        if total > 1:
+            error.args = (f"{error.args[0]} ({note})",)
+        return error
+    refused.error.add_note(note)
+    return refused.error
 
 
 def push(item: Item, *, job_class: type[Job] | None = None) -> str | None:
     """Enqueue one Sidekiq item; returns its jid, or None when a client middleware stopped it."""
     job_class = _job_class_for(item, job_class)
-    connection = get_redis()
+    shard = _shard_of(item, job_class)
+    connection = get_redis(shard)
     prepared = _prepare(item, job_class, connection, now())
     if prepared is None:
         return None
@@ -104,17 +225,25 @@ def push(item: Item, *, job_class: type[Job] | None = None) -> str | None:
         interceptor(job_class, final_item if entry.at is None else {**final_item, "at": entry.at})
         return entry.jid
     try:
-        _write(connection, [entry])
+        refused = _write(connection, [entry], shard=shard)
     except CONNECTION_ERRORS as exc:
-        raise unavailable(exc) from exc
-    return entry.jid
+        raise unavailable(exc, shard=shard) from exc
+    except _WriteRefused as failure:
+        raise _refused(failure, shard=shard, total=1) from failure.error
+    except redis.ResponseError as exc:  # refused before the pipeline ran (MISCONF on connecting)
+        if refuses_writes(exc):
+            raise unavailable(exc, shard=shard) from exc
+        raise
+    return None if refused else entry.jid
 
 
 def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None = None) -> list[str | None]:
     """Enqueue one job per element of ``item["args"]`` (a list of argument lists).
 
-    ``item["at"]`` may be one time for all or a list with one per job. Returns the jids in order,
-    None where a client middleware stopped that job. Every job is validated before any write.
+    ``item["at"]`` may be one time for all or a list with one per job; ``item["jid"]`` may be a list
+    of jids chosen up front (a push deferred to a commit returns them before it happens). Returns
+    the jids in order, None where a client middleware stopped that job. Every job is validated
+    before any write.
     """
     args_list = item.get("args")
     if type(args_list) is not list or any(type(args) is not list for args in args_list):
@@ -124,20 +253,35 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None
     at = item.get("at")
     if isinstance(at, list) and len(at) != len(args_list):
         raise ValueError(f'"at" has {len(at)} times for {len(args_list)} jobs')
+    chosen_jids = item.get("jid")
+    if chosen_jids is not None and (
+        not isinstance(chosen_jids, list)
+        or len(chosen_jids) != len(args_list)
+        or not all(isinstance(jid, str) and jid.isascii() and jid.isalnum() for jid in chosen_jids)
+    ):
+        raise ValueError(f'push_bulk takes "jid" as a list of one jid per job, not {chosen_jids!r}')
     job_class = _job_class_for(item, job_class)
-    connection = get_redis()
+    shard = _shard_of(item, job_class)
+    connection = get_redis(shard)
     template = {key: value for key, value in item.items() if key not in ("args", "at", "jid")}
     check_json_native(template.get("kwargs", {}), "kwargs")
     timestamp = now()
     jids: list[str | None] = []
     ready: list[_Prepared] = []
     finals: list[tuple[type[Job] | None, Item]] = []
-    if interceptor is None and not any(each.wants(job_class, template) for each in client_chain().instances()):
-        ready = _prepare_plain_bulk(template, args_list, at, timestamp)
-        return _write_bulk(connection, ready, batch_size)
+    plain = (
+        job_batch.current() is None
+        and "unique_for" not in template
+        and not (job_class is not None and "unique_for" in job_class.sidekiq_options_hash)
+    )
+    if interceptor is None and plain and not any(each.wants(job_class, template) for each in client_chain().instances()):
+        ready = _prepare_plain_bulk(template, args_list, at, timestamp, jids=chosen_jids)
+        return _write_bulk(connection, ready, batch_size, shard=shard)
     for index, args in enumerate(args_list):
         job_item = dict(template)
         job_item["args"] = args
+        if chosen_jids is not None:
+            job_item["jid"] = chosen_jids[index]
         job_at = at[index] if isinstance(at, list) else at
         if job_at is not None:
             job_item["at"] = job_at
@@ -156,8 +300,9 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None
         for final_class, final_item in finals:
             interceptor(final_class, final_item)
         return jids
-    _write_bulk(connection, ready, batch_size)
-    return jids
+    written = _write_bulk(connection, ready, batch_size, shard=shard)
+    refused = {entry.jid for entry, jid in zip(ready, written, strict=True) if jid is None}
+    return [None if jid in refused else jid for jid in jids]
 
 
 _ARGS_MARK = "\x00jobsapp:args\x00"
@@ -178,16 +323,19 @@ def _splice_template(job: Item) -> tuple[str, str, str, bool] | None:
     return head, middle, tail, args_first
 
 
-def _prepare_plain_bulk(template: Item, args_list: list[list[Any]], at: Any, timestamp: float) -> list[_Prepared]:
+def _prepare_plain_bulk(
+    template: Item, args_list: list[list[Any]], at: Any, timestamp: float, *, jids: list[str] | None = None
+) -> list[_Prepared]:
     """The bulk path when no client middleware can change items: the options are normalized,
     validated and encoded once; each job only gets its args checked and encoded and a jid."""
     ordered = {"class": template.get("class"), "args": [], **{key: value for key, value in template.items() if key != "class"}}
     base = normalize_item(ordered, timestamp=timestamp)
     immediate = _splice_template({**base, "enqueued_at": timestamp})
     scheduled = _splice_template(base)
-    jid_hex = os.urandom(12 * len(args_list)).hex()
+    jid_hex = "" if jids is not None else os.urandom(12 * len(args_list)).hex()
     limit = jobs_settings.MAX_PAYLOAD_BYTES
     queue = base["queue"]
+    retain = results.retain_seconds(base) if "retain" in base else None
     prepared: list[_Prepared] = []
     for index, args in enumerate(args_list):
         try:
@@ -197,7 +345,7 @@ def _prepare_plain_bulk(template: Item, args_list: list[list[Any]], at: Any, tim
         job_at = at[index] if isinstance(at, list) else at
         if job_at is not None and (isinstance(job_at, bool) or not isinstance(job_at, (int, float))):
             raise TypeError(f'job {index} of the bulk push: "at" must be epoch seconds, not {job_at!r}')
-        jid = jid_hex[index * 24 : index * 24 + 24]
+        jid = str(jids[index]) if jids is not None else jid_hex[index * 24 : index * 24 + 24]
         scheduled_at = float(job_at) if job_at is not None and float(job_at) > timestamp else None
         pieces = immediate if scheduled_at is None else scheduled
         if pieces is None:
@@ -213,19 +361,36 @@ def _prepare_plain_bulk(template: Item, args_list: list[list[Any]], at: Any, tim
         data = text.encode("utf-8")
         if limit and len(data) > limit:
             encode({**base, "args": args, "jid": jid})  # raises PayloadTooLarge with the full message
-        prepared.append(_Prepared(jid, queue, scheduled_at, data))
+        entry = _Prepared(jid, queue, scheduled_at, data)
+        if retain is not None:
+            entry.record = (
+                results.pushed_fields(
+                    {**base, "args": args, "jid": jid, **({} if scheduled_at else {"enqueued_at": timestamp})}, scheduled_at=scheduled_at
+                ),
+                retain,
+            )
+        prepared.append(entry)
     return prepared
 
 
-def _write_bulk(connection: redis.Redis, ready: list[_Prepared], batch_size: int) -> list[str | None]:
+def _write_bulk(connection: redis.Redis, ready: list[_Prepared], batch_size: int, *, shard: str) -> list[str | None]:
     written = 0
+    refused: set[str] = set()
     try:
         for start in range(0, len(ready), batch_size):
             batch = ready[start : start + batch_size]
-            _write(connection, batch)
+            refused |= _write(connection, batch, shard=shard)
             written += len(batch)
     except CONNECTION_ERRORS as exc:
-        error = unavailable(exc)
+        error = unavailable(exc, shard=shard)
         error.args = (f"{error.args[0]} ({written} of {len(ready)} jobs were written before the failure)",)
         raise error from exc
-    return [entry.jid for entry in ready]
+    except _WriteRefused as failure:
+        raise _refused(failure, shard=shard, total=len(ready), written_before=written) from failure.error
+    except redis.ResponseError as exc:  # refused before a pipeline ran (MISCONF on connecting)
+        if not refuses_writes(exc):
+            raise
+        error = unavailable(exc, shard=shard)
+        error.args = (f"{error.args[0]} ({written} of {len(ready)} jobs were written before the failure)",)
+        raise error from exc
+    return [None if entry.jid in refused else entry.jid for entry in ready]

@@ -18,14 +18,32 @@ DEFAULTS: dict[str, Any] = {
     "REDIS_URL": None,  # None: settings.REDIS_URL, then $REDIS_URL, then redis://127.0.0.1:6379/0
     "REDIS_CACHE_ALIAS": None,
     "REDIS_SOCKET_TIMEOUT_SECONDS": 10.0,
+    # Redis Sentinel: the master is found through these Sentinels ([[host, port], ...]) under the
+    # name SENTINEL_SERVICE, and followed across failovers. REDIS_URL then only gives the master's
+    # database number, username/password and TLS (rediss://); its host and port are not used.
+    # SENTINEL_OPTIONS are connection options for the Sentinels themselves (password, username,
+    # ssl, ssl_ca_certs, socket_timeout, ...). A django-redis cache alias may use Sentinel too.
+    "SENTINELS": None,
+    "SENTINEL_SERVICE": None,
+    "SENTINEL_OPTIONS": {},
+    # A push returns only once this many replicas have its write (Redis WAIT), so an acknowledged
+    # push survives a failover; ReplicationTimeout when they do not confirm in time. 0: off.
+    "ENQUEUE_REPLICAS": 0,
+    "ENQUEUE_REPLICAS_TIMEOUT_SECONDS": 1.0,
+    # More Redis servers: {"name": {"REDIS_URL": ..., "QUEUES": [...], "CLASSES": [...]}}; the
+    # settings above are the shard "default". See jobsapp/shards.py.
+    "SHARDS": {},
     # Producing side.
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     "CLIENT_MIDDLEWARE": [],  # dotted paths of jobsapp.middleware.ClientMiddleware subclasses
     "DEFAULT_QUEUE": "default",
+    # Job.perform_* inside the project's transaction.atomic() push when it commits (nothing on
+    # rollback); False pushes at once. Per call: Job.set(on_commit=False). jobsapp/transactions.py.
+    "ENQUEUE_ON_COMMIT": True,
     # Consuming side (runworkers flags override these).
     "QUEUES": ["default"],
     "CONCURRENCY": 10,
-    "PROCESSES": 1,
+    "PROCESSES": None,  # None: one worker process per CPU (runworkers -P)
     "SHUTDOWN_TIMEOUT_SECONDS": 25.0,
     "TAG": "",
     "LABELS": [],
@@ -38,6 +56,14 @@ DEFAULTS: dict[str, Any] = {
     "ORPHAN_SWEEP_INTERVAL_SECONDS": 15.0,
     "POISON_RECOVERY_LIMIT": 3,  # a job recovered this many times goes to the dead set
     "SCHEDULER_POLL_INTERVAL_SECONDS": 1.0,  # upper bound of a scheduler sleep, jittered
+    # Periodic jobs: name -> {"class", "cron" or "every" (seconds), "args", "kwargs", "queue",
+    # "timezone", "missed": "run_once" | "skip", "description"} (see jobsapp/periodic.py).
+    "PERIODIC": {},
+    # Queue -> the most jobs of that queue running at once across every process (jobsapp.limiter).
+    "QUEUE_LIMITS": {},
+    # How long a capped queue's slot outlives a worker killed while holding it (keep it above the
+    # longest job of a capped queue: a job running longer loses its slot to another).
+    "QUEUE_LIMIT_LOCK_TIMEOUT_SECONDS": 600.0,
     # Failures.
     "MAX_RETRIES": 25,
     "DEAD_MAX_JOBS": 10_000,
@@ -45,6 +71,11 @@ DEFAULTS: dict[str, Any] = {
     "ERROR_HANDLERS": [],  # dotted paths of callables (exception, context) -> None
     "DEATH_HANDLERS": [],  # dotted paths of callables (item, exception) -> None
     "ERROR_MESSAGE_MAX_CHARS": 10_000,
+    # Results of jobs pushed with sidekiq_options(retain=seconds): the largest return value kept.
+    "RESULT_MAX_BYTES": 512 * 1024,
+    # runworkers' own log handler (installed only when the project has not configured the
+    # jobsapp loggers): "text" (time, pid, thread, level) or "json" (one object a line). --log-format wins.
+    "LOG_FORMAT": "text",
     # /jobs/metrics: a bearer token that may scrape without a staff session (None: staff only).
     "METRICS_TOKEN": None,
     # Display and logs: argument keys whose values are replaced by "[REDACTED]".

@@ -1,8 +1,17 @@
-"""The Redis connection the engine uses, from a URL or from a django-redis cache alias.
+"""The Redis connections the engine uses: from a URL, from Redis Sentinel, or from a django-redis
+cache alias; one per shard (``jobsapp.shards``; without ``JOBSAPP["SHARDS"]`` there is one shard,
+``"default"``, configured by the top-level settings).
 
-One client (and so one connection pool) per process: redis-py clients are thread-safe and
-check connections out of the pool per command. The client is built lazily and dropped when the
+One client (and so one connection pool) per shard per process: redis-py clients are thread-safe
+and check connections out of the pool per command. Clients are built lazily and dropped when the
 process forks, so a child of ``runworkers -P`` never shares a socket with its parent.
+
+With Sentinel (``SENTINELS`` + ``SENTINEL_SERVICE``, or a django-redis alias whose client is
+``SentinelClient``) every new connection asks the Sentinels where the master is, and a connection
+to a master that became a replica (READONLY) is dropped. So after a failover the next command on
+each connection fails once (the callers' ordinary Redis-error path: a push raises
+RedisUnavailable, a worker backs off and retries) and the one after it reaches the new master.
+Blocking connections (``new_redis``) get a pool of their own with the same Sentinel lookup.
 
 Responses are bytes, never decoded: a job's raw JSON must go back to Redis exactly as it came
 (``LREM`` compares bytes), and a malformed, non-UTF-8 payload must still be readable so it can be
@@ -13,15 +22,19 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
 
 import redis
+import redis.sentinel
+from django.conf import settings
+from redis.connection import SSLConnection, parse_url
 
-from .conf import jobs_settings
+from . import shards
 from .errors import RedisUnavailable
-
-_lock = threading.Lock()
-_client: redis.Redis | None = None
-_client_config: tuple[object, ...] | None = None
+from .redaction import redact_url
 
 #: Exceptions that mean "Redis is not answering right now" rather than "this command is wrong".
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -38,20 +51,120 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 #: (READONLY after a failover, MISCONF on a full disk, OOM, BUSY, LOADING).
 REDIS_ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, redis.RedisError)
 
+#: Error replies that mean "Redis is up but refuses writes right now": at ``maxmemory`` with
+#: ``noeviction`` (OOM), a replica after a failover (READONLY), a failed RDB save with
+#: ``stop-writes-on-bgsave-error`` (MISCONF). A producer reports them as RedisUnavailable.
+REFUSED_WRITE_PREFIXES = ("OOM", "READONLY", "MISCONF")
 
-def _config() -> tuple[object, ...]:
-    return (jobs_settings.REDIS_CACHE_ALIAS, jobs_settings.REDIS_URL, jobs_settings.REDIS_SOCKET_TIMEOUT_SECONDS)
+
+def refuses_writes(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis refusing writes for now (see REFUSED_WRITE_PREFIXES); redis-py
+    prefixes an error inside a pipeline with "Command # N (...) of pipeline caused error: "."""
+    if isinstance(exc, (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)):
+        return True
+    if not isinstance(exc, redis.ResponseError):
+        return False
+    message = str(exc)
+    message = message.split("caused error: ", 1)[-1]
+    return message.startswith(REFUSED_WRITE_PREFIXES)
 
 
-def _build(pool_size: int | None = None) -> redis.Redis:
-    alias = jobs_settings.REDIS_CACHE_ALIAS
-    if alias:
+def refusal_reason(exc: BaseException) -> str:
+    """The error reply as Redis wrote it, with the "OOM" or "READONLY" code redis-py strips."""
+    message = str(exc).split("caused error: ", 1)[-1]
+    for kind, code in ((redis.exceptions.OutOfMemoryError, "OOM"), (redis.exceptions.ReadOnlyError, "READONLY")):
+        if isinstance(exc, kind) and not message.startswith(code):
+            return f"{code} {message}"
+    return message
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where one shard's Redis is, as the settings say now (compared to rebuild on change)."""
+
+    shard: str
+    url: str
+    cache_alias: str | None
+    sentinels: tuple[tuple[str, int], ...]
+    sentinel_service: str | None
+    sentinel_options: dict[str, Any] = field(hash=False)
+    socket_timeout_seconds: float
+
+
+def _target(shard: str) -> _Target:
+    sentinels = shards.setting(shard, "SENTINELS") or ()
+    return _Target(
+        shard=shard,
+        url=str(shards.setting(shard, "REDIS_URL") or ""),
+        cache_alias=shards.setting(shard, "REDIS_CACHE_ALIAS"),
+        sentinels=tuple((str(host), int(port)) for host, port in sentinels),
+        sentinel_service=shards.setting(shard, "SENTINEL_SERVICE"),
+        sentinel_options=dict(shards.setting(shard, "SENTINEL_OPTIONS") or {}),
+        socket_timeout_seconds=float(shards.setting(shard, "REDIS_SOCKET_TIMEOUT_SECONDS")),
+    )
+
+
+_lock = threading.Lock()
+#: shard name -> (the settings objects it was built from, its target, its client)
+_clients: dict[str, tuple[tuple[object, ...], _Target, redis.Redis]] = {}
+
+
+def _settings_seen() -> tuple[object, ...]:
+    """What the targets are read from, cheaply (a push asks for its client every time): the
+    JOBSAPP dict and the fallbacks of REDIS_URL. Compared by identity and equality, so replacing
+    ``settings.JOBSAPP`` (override_settings, tests) is noticed; mutating it in place is not."""
+    return (getattr(settings, "JOBSAPP", None), getattr(settings, "REDIS_URL", None), os.environ.get("REDIS_URL"))
+
+
+def _same_settings(seen: tuple[object, ...], now: tuple[object, ...]) -> bool:
+    return seen[0] is now[0] and seen[1:] == now[1:]
+
+
+def _url_options(url: str) -> dict[str, Any]:
+    """What a URL says besides host and port (database, credentials, TLS), as client options:
+    with Sentinel the master's address comes from the Sentinels, the rest from REDIS_URL."""
+    if not url:
+        return {}
+    options = parse_url(url)
+    for key in ("host", "port", "path"):
+        options.pop(key, None)
+    connection_class = options.pop("connection_class", None)
+    if connection_class is not None and issubclass(connection_class, SSLConnection):
+        options["ssl"] = True  # SentinelConnectionPool picks its TLS connection class from this flag
+    elif connection_class is not None:
+        raise ValueError(f"REDIS_URL {describe_url(url)!r}: with SENTINELS use a redis:// or rediss:// URL")
+    return options
+
+
+def _sentinel_master(target: _Target, *, socket_timeout_seconds: float, pool_size: int | None) -> redis.Redis:
+    if not target.sentinel_service:
+        raise ValueError("JOBSAPP['SENTINELS'] is set but JOBSAPP['SENTINEL_SERVICE'] (the master's name in Sentinel) is not")
+    # The Sentinels answer small queries: a dead one must not stall a reconnect for the whole
+    # socket timeout, so their timeouts are short unless SENTINEL_OPTIONS says otherwise.
+    sentinel_timeout = min(target.socket_timeout_seconds, 2.0)
+    sentinel_options = {"socket_timeout": sentinel_timeout, "socket_connect_timeout": sentinel_timeout, **target.sentinel_options}
+    manager = redis.sentinel.Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_options)
+    return manager.master_for(
+        target.sentinel_service,
+        socket_timeout=socket_timeout_seconds,
+        socket_connect_timeout=min(socket_timeout_seconds, 5.0),
+        health_check_interval=30,
+        max_connections=pool_size,
+        decode_responses=False,
+        **_url_options(target.url),
+    )
+
+
+def _build(target: _Target, pool_size: int | None = None) -> redis.Redis:
+    if target.cache_alias:
         from django_redis import get_redis_connection
 
-        return get_redis_connection(alias)
-    timeout = jobs_settings.REDIS_SOCKET_TIMEOUT_SECONDS
+        return get_redis_connection(target.cache_alias)
+    timeout = target.socket_timeout_seconds
+    if target.sentinels:
+        return _sentinel_master(target, socket_timeout_seconds=timeout, pool_size=pool_size)
     return redis.Redis.from_url(
-        jobs_settings.REDIS_URL,
+        target.url,
         socket_timeout=timeout,
         socket_connect_timeout=min(timeout, 5.0),
         health_check_interval=30,
@@ -60,38 +173,100 @@ def _build(pool_size: int | None = None) -> redis.Redis:
     )
 
 
-def get_redis() -> redis.Redis:
-    """The process-wide client; rebuilt when the settings that shape it change (tests)."""
-    global _client, _client_config
-    config = _config()
-    client = _client
-    if client is not None and _client_config == config:
-        return client
+#: The Sentinel-managed pools this process made (its own clients and django-redis aliases').
+_sentinel_pools: weakref.WeakSet[redis.sentinel.SentinelConnectionPool] = weakref.WeakSet()
+
+
+def _remember(client: redis.Redis) -> redis.Redis:
+    if isinstance(client.connection_pool, redis.sentinel.SentinelConnectionPool):
+        _sentinel_pools.add(client.connection_pool)
+    return client
+
+
+_followed_at = 0.0
+
+
+def follow_sentinel_master(*, at_most_every_seconds: float = 0.0) -> None:
+    """Ask the Sentinels where each master is now: the heartbeat does at every beat, producers at
+    most once a second (``at_most_every_seconds``) before a push; without Sentinel, nothing.
+
+    A connection opened before a failover stays with the old server: after a crash that is
+    harmless (it breaks), but after a partition the old master comes back still a master for
+    ~10 s, until Sentinel demotes it and drops its data. Once a pool has learned the new address,
+    its idle connections to the old one are closed and a busy one is closed when it is returned,
+    so the process follows the new master within a beat instead of writing to the old one.
+    """
+    global _followed_at
+    if not _sentinel_pools:
+        return
+    now = time.monotonic()
+    if now - _followed_at < at_most_every_seconds:
+        return
+    _followed_at = now
+    for pool in list(_sentinel_pools):
+        try:
+            pool.get_master_address()
+        except CONNECTION_ERRORS:  # no Sentinel answers now: keep the connections we have
+            pass
+
+
+def get_redis(shard: str | None = None) -> redis.Redis:
+    """The process-wide client of ``shard`` (default: ``shards.current()``); rebuilt when the
+    settings that shape it change (tests)."""
+    name = shard or shards.current()
+    seen = _settings_seen()
+    cached = _clients.get(name)
+    if cached is not None and _same_settings(cached[0], seen):
+        return cached[2]
+    target = _target(name)
     with _lock:
-        if _client is None or _client_config != config:
-            _client = _build()
-            _client_config = config
-        return _client
+        cached = _clients.get(name)
+        if cached is None or cached[1] != target:
+            cached = (seen, target, _remember(_build(target)))
+        else:  # new settings objects, same Redis: keep the client and its pool
+            cached = (seen, target, cached[2])
+        _clients[name] = cached
+        return cached[2]
 
 
-def new_redis(*, blocking_timeout_seconds: float = 0.0) -> redis.Redis:
+def _own_pool_like(base: redis.Redis, socket_timeout_seconds: float) -> redis.Redis:
+    """A client with a new pool shaped like ``base``'s (a django-redis alias), longer timeout."""
+    pool = base.connection_pool
+    kwargs = dict(pool.connection_kwargs)
+    kwargs["socket_timeout"] = max(kwargs.get("socket_timeout") or 0, socket_timeout_seconds)
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        # django-redis's SentinelClient: the pool finds the master through its Sentinel manager;
+        # its connection kwargs hold the old pool's proxy, which the new pool replaces.
+        kwargs.pop("connection_pool", None)
+        new_pool: redis.ConnectionPool = redis.sentinel.SentinelConnectionPool(
+            pool.service_name,
+            pool.sentinel_manager,
+            is_master=pool.is_master,
+            check_connection=pool.check_connection,
+            connection_class=pool.connection_class,
+            **kwargs,
+        )
+    else:
+        new_pool = pool.__class__(connection_class=pool.connection_class, **kwargs)
+    return redis.Redis(connection_pool=new_pool)
+
+
+def new_redis(*, blocking_timeout_seconds: float = 0.0, shard: str | None = None) -> redis.Redis:
     """A client with its own pool, for a thread that blocks (BLMOVE/BRPOP) on its connection.
 
     Its socket timeout exceeds the longest block so a quiet queue is not mistaken for a dead
     server.
     """
-    alias = jobs_settings.REDIS_CACHE_ALIAS
-    if alias:
+    target = _target(shard or shards.current())
+    if target.cache_alias:
         from django_redis import get_redis_connection
 
-        base = get_redis_connection(alias)
-        kwargs = dict(base.connection_pool.connection_kwargs)
-        kwargs["socket_timeout"] = max(kwargs.get("socket_timeout") or 0, blocking_timeout_seconds + 5)
-        pool = base.connection_pool.__class__(connection_class=base.connection_pool.connection_class, **kwargs)
-        return redis.Redis(connection_pool=pool)
-    timeout = max(jobs_settings.REDIS_SOCKET_TIMEOUT_SECONDS, blocking_timeout_seconds + 5)
+        return _remember(_own_pool_like(get_redis_connection(target.cache_alias), blocking_timeout_seconds + 5))
+    timeout = max(target.socket_timeout_seconds, blocking_timeout_seconds + 5)
+    if target.sentinels:
+        return _remember(_sentinel_master(target, socket_timeout_seconds=timeout, pool_size=None))
     return redis.Redis.from_url(
-        jobs_settings.REDIS_URL,
+        target.url,
         socket_timeout=timeout,
         socket_connect_timeout=5.0,
         health_check_interval=30,
@@ -110,27 +285,35 @@ def as_text(value: object) -> str:
 
 
 def reset() -> None:
-    """Forget the client (after fork, or when a test points the engine at another server)."""
-    global _client, _client_config
-    _client = None
-    _client_config = None
+    """Forget every client (after fork, or when a test points the engine at another server)."""
+    _clients.clear()
+    _sentinel_pools.clear()
 
 
-def describe() -> str:
+def describe_url(url: str) -> str:
+    """``url`` without its credentials (``jobsapp.redaction.redact_url``: a URL parser)."""
+    return redact_url(url)
+
+
+def describe(shard: str | None = None) -> str:
     """Where the engine connects, without a password, for banners and error messages."""
-    alias = jobs_settings.REDIS_CACHE_ALIAS
-    if alias:
-        return f"cache alias {alias!r}"
-    url = str(jobs_settings.REDIS_URL)
-    if "@" in url:
-        scheme, _, rest = url.partition("://")
-        url = f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
+    name = shard or shards.current()
+    target = _target(name)
+    if target.cache_alias:
+        where = f"cache alias {target.cache_alias!r}"
+    elif target.sentinels:
+        addresses = ",".join(f"{host}:{port}" for host, port in target.sentinels)
+        where = f"Sentinel service {target.sentinel_service!r} via {addresses}"
+    else:
+        where = describe_url(target.url)
+    return where if name == shards.DEFAULT else f"{where} (shard {name!r})"
 
 
-def unavailable(exc: BaseException) -> RedisUnavailable:
-    """The documented error raised to callers when Redis does not answer."""
-    return RedisUnavailable(f"Redis is unavailable at {describe()}: {exc}")
+def unavailable(exc: BaseException, *, shard: str | None = None) -> RedisUnavailable:
+    """The documented error raised to callers when Redis does not answer or refuses writes."""
+    if refuses_writes(exc):
+        return RedisUnavailable(f"Redis at {describe(shard)} refuses writes: {refusal_reason(exc)}")
+    return RedisUnavailable(f"Redis is unavailable at {describe(shard)}: {exc}")
 
 
 os.register_at_fork(after_in_child=reset)

@@ -36,3 +36,21 @@ class DuplicateJobName(JobsError):
 class NoRetryError(JobsError):
     """Raise from ``perform`` to fail the job on purpose: it is counted as failed, its error is
     recorded by middleware, and it is neither retried nor sent to the dead set."""
+
+
+class ReplicationTimeout(JobsError):
+    """A push was written to the master, but fewer than ``ENQUEUE_REPLICAS`` replicas confirmed
+    it within ``ENQUEUE_REPLICAS_TIMEOUT_SECONDS``. The job is enqueued and will normally run;
+    it would be lost only if the master died before replicating it. Pushing it again may run it
+    twice. ``jids`` are the jobs of the unconfirmed write."""
+
+    def __init__(self, message: str, *, jids: list[str], replicas_acknowledged: int, replicas_required: int) -> None:
+        super().__init__(message)
+        self.jids = jids
+        self.replicas_acknowledged = replicas_acknowledged
+        self.replicas_required = replicas_required
+
+
+class UnknownShard(JobsError, LookupError):
+    """A shard name (``runworkers --shard``, ``jobs --shard``, the dashboard's picker) that
+    ``JOBSAPP["SHARDS"]`` does not define. Nothing was read or written."""

@@ -31,15 +31,17 @@ from typing import Protocol
 
 import redis
 
-from . import keys
+from . import keys, scripts
 from .connection import as_bytes, as_text
-from .scripts import script
 
 #: Daily stats counters live five years, as Sidekiq's.
 DAILY_STATS_TTL_SECONDS = 5 * 365 * 24 * 3600
 
 #: How long a fetcher idles when every queue it serves is paused.
 PAUSED_IDLE_SECONDS = 0.1
+
+#: Basic fetch reads the paused queues at most this often, not once per job.
+PAUSED_REFRESH_SECONDS = 1.0
 
 
 @dataclass(slots=True)
@@ -107,9 +109,13 @@ class Fetch(Protocol):
 
     def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]: ...
 
-    def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date) -> int: ...
+    def acknowledge(
+        self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date, token: str = ""
+    ) -> int: ...
 
     def requeue(self, units: list[UnitOfWork]) -> int: ...
+
+    def listed_in_flight(self) -> list[bytes]: ...
 
     def interrupt(self) -> None: ...
 
@@ -117,20 +123,29 @@ class Fetch(Protocol):
 
 
 def _ack(
-    client: redis.Redis, inflight_key: str, units: list[UnitOfWork], jids: list[str], processed: int, failed: int, today: dt.date
+    client: redis.Redis,
+    inflight_key: str,
+    units: list[UnitOfWork],
+    jids: list[str],
+    processed: int,
+    failed: int,
+    today: dt.date,
+    *,
+    token_key: str = "",
+    token: str = "",
 ) -> int:
     return int(
-        script("ack")(
+        scripts.ack(
             client,
-            [
-                inflight_key,
-                keys.RECOVERIES,
-                keys.STAT_PROCESSED,
-                keys.stat_processed_daily(today),
-                keys.STAT_FAILED,
-                keys.stat_failed_daily(today),
-            ],
-            [processed, failed, DAILY_STATS_TTL_SECONDS, len(units), *[unit.raw for unit in units], *jids],
+            inflight_key=inflight_key,
+            raws=[unit.raw for unit in units],
+            jids=jids,
+            processed=processed,
+            failed=failed,
+            today=today,
+            daily_ttl_seconds=DAILY_STATS_TTL_SECONDS,
+            token_key=token_key,
+            token=token,
         )
     )
 
@@ -138,13 +153,7 @@ def _ack(
 def _requeue(client: redis.Redis, inflight_key: str, units: list[UnitOfWork]) -> int:
     if not units:
         return 0
-    return int(
-        script("requeue")(
-            client,
-            [inflight_key, keys.QUEUES, *[keys.queue(unit.queue) for unit in units]],
-            [*[unit.raw for unit in units], *[unit.queue for unit in units]],
-        )
-    )
+    return int(scripts.requeue(client, inflight_key=inflight_key, jobs=[(unit.raw, unit.queue) for unit in units]))
 
 
 class _Interruptible:
@@ -308,7 +317,6 @@ class ReliableFetch(_Interruptible):
         self.inflight_key = keys.inflight(identity)
         self._blocking_id = None
         self._interrupted = threading.Event()
-        self._fetch = script("fetch")
         self._waiters = QueueWaiters(self.inflight_key, client=client, make_blocking_client=make_blocking_client)
 
     def interrupt(self) -> None:
@@ -321,11 +329,7 @@ class ReliableFetch(_Interruptible):
         if pending:
             return pending
         order = self.queues.order(self.rng)
-        taken, paused = self._fetch(
-            self.client,
-            [self.inflight_key, keys.PAUSED, *[keys.queue(name) for name in order]],
-            [count, *order],
-        )
+        taken, paused = scripts.fetch(self.client, inflight_key=self.inflight_key, queue_names=order, count=count)
         if taken:
             return [UnitOfWork(as_bytes(taken[index + 1]), order[int(taken[index]) - 1]) for index in range(0, len(taken), 2)]
         if block_seconds <= 0:
@@ -347,11 +351,19 @@ class ReliableFetch(_Interruptible):
         """Jobs the queue waiters moved in flight but did not hand over yet."""
         return self._waiters.collect()
 
-    def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date) -> int:
-        return _ack(self.client, self.inflight_key, units, jids, processed, failed, today)
+    def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date, token: str = "") -> int:
+        """Ack a batch; a batch resent after a lost reply carries the same ``token`` and is not
+        counted twice."""
+        return _ack(
+            self.client, self.inflight_key, units, jids, processed, failed, today, token_key=keys.last_ack(self.identity), token=token
+        )
 
     def requeue(self, units: list[UnitOfWork]) -> int:
         return _requeue(self.client, self.inflight_key, units)
+
+    def listed_in_flight(self) -> list[bytes]:
+        """Every raw job in this process's in-flight list (for reconciling after a lost reply)."""
+        return [as_bytes(raw) for raw in self.client.lrange(self.inflight_key, 0, -1)]
 
 
 class BasicFetch(_Interruptible):
@@ -360,17 +372,37 @@ class BasicFetch(_Interruptible):
     name = "basic"
     inflight_key = ""
 
-    def __init__(self, queues: QueueOrder, *, client: redis.Redis, blocking_client: redis.Redis, rng: random.Random) -> None:
+    def __init__(
+        self,
+        queues: QueueOrder,
+        *,
+        client: redis.Redis,
+        blocking_client: redis.Redis,
+        rng: random.Random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.queues = queues
         self.client = client
         self.blocking_client = blocking_client
         self.rng = rng
+        self.clock = clock
         self._blocking_id = None
         self._interrupted = threading.Event()
+        self._paused: set[str] = set()
+        self._paused_read_at: float | None = None
+
+    def _paused_queues(self) -> set[str]:
+        """The paused queues, read at most once per ``PAUSED_REFRESH_SECONDS`` (not a round trip
+        per job: a pause takes effect within a second, plus a BRPOP already waiting)."""
+        now = self.clock()
+        if self._paused_read_at is None or now - self._paused_read_at >= PAUSED_REFRESH_SECONDS:
+            self._paused = {as_text(name) for name in self.client.smembers(keys.PAUSED)}
+            self._paused_read_at = now
+        return self._paused
 
     def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]:
         order = self.queues.order(self.rng)
-        paused = {as_text(name) for name in self.client.smembers(keys.PAUSED)}
+        paused = self._paused_queues()
         ready = [name for name in order if name not in paused]
         if not ready:  # every queue is paused: idle briefly instead of spinning on Redis
             self._idle(min(block_seconds, PAUSED_IDLE_SECONDS))
@@ -384,8 +416,11 @@ class BasicFetch(_Interruptible):
         key, raw = popped
         return [UnitOfWork(as_bytes(raw), keys.queue_name(as_text(key)))]
 
-    def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date) -> int:
+    def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date, token: str = "") -> int:
         return _ack(self.client, "", [], [], processed, failed, today)
+
+    def listed_in_flight(self) -> list[bytes]:
+        return []  # nothing is in flight in Redis with basic fetch
 
     def collect_pending(self) -> list[UnitOfWork]:
         return []

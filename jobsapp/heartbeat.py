@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import keys
 from .component import Component
-from .connection import CONNECTION_ERRORS, REDIS_ERRORS
+from .connection import CONNECTION_ERRORS, REDIS_ERRORS, follow_sentinel_master
+from .processes import encode_durations
 
 if TYPE_CHECKING:
     import redis
@@ -103,7 +104,11 @@ class Heartbeat(Component):
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_seconds):
-            self.beat()
+            try:
+                follow_sentinel_master()  # with Sentinel: leave a replaced master within a beat
+                self.beat()
+            except Exception:  # a bug must not stop the beat (the process would look dead)
+                logger.exception("heartbeat: unexpected error; beating again next interval")
 
     def beat(self) -> None:
         busy = self.manager.busy()
@@ -147,7 +152,7 @@ class Heartbeat(Component):
                 pipe.sadd(keys.INFLIGHT_INDEX, self.identity)
             durations = self.manager.durations.snapshot()
             if durations:
-                pipe.hset(keys.job_durations(self.identity), mapping={name: _encoder.encode(value) for name, value in durations.items()})
+                pipe.hset(keys.job_durations(self.identity), mapping={name: encode_durations(value) for name, value in durations.items()})
                 pipe.expire(keys.job_durations(self.identity), self.ttl_seconds)
             pipe.rpop(keys.signals(self.identity))
             results = pipe.execute()

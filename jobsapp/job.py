@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 from . import registry
+from . import transactions as _transactions
+from .payload import Item
 
-Item = dict[str, Any]
 JobType = TypeVar("JobType", bound=type["Job"])
 
-#: ``perform_in`` values below this are seconds from now; above, an epoch time (DESIGN.md §3).
+#: ``perform_in`` values below this are seconds from now; above, an epoch time (docs/payload.md).
 EPOCH_THRESHOLD_SECONDS = 1_000_000_000
 
 
@@ -97,7 +99,8 @@ class Job:
 
     @classmethod
     def perform_async(cls, *args: Any, **kwargs: Any) -> str | None:
-        """Enqueue now; returns the jid, or None if a client middleware stopped the push."""
+        """Enqueue now (inside the project's ``transaction.atomic()``: when it commits, see
+        ``jobsapp.transactions``); returns the jid, or None if a client middleware stopped the push."""
         return Setter(cls, {}).perform_async(*args, **kwargs)
 
     @classmethod
@@ -149,11 +152,32 @@ class Setter:
     def set(self, **options: Any) -> Setter:
         return Setter(self.job_class, {**self.options, **options})
 
+    def _defer(self) -> bool:
+        """Push after commit? (``jobsapp.transactions``: inside the project's atomic block, unless
+        ``on_commit=False`` was set for this call or class, or ENQUEUE_ON_COMMIT is False.)"""
+        choice = self.options.get("on_commit", self.job_class.sidekiq_options_hash.get("on_commit"))
+        return _transactions.should_defer(choice)
+
+    def _push(self, item: Item) -> str | None:
+        from . import client, transactions
+
+        if self._defer():
+            return transactions.defer_push(item, partial(client.push, job_class=self.job_class))
+        return client.push(item, job_class=self.job_class)
+
     def _item(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Item:
         from .payload import now
 
+        if self.job_class.__dict__.get("abstract", False):
+            # refused before anything is written: no worker would ever run it (it is not registered)
+            raise TypeError(
+                f"{self.job_class.__module__}.{self.job_class.__qualname__} is an abstract base class and cannot be enqueued; "
+                "enqueue a subclass that defines perform() (in an app's jobs.py)"
+            )
+
         options = {**self.job_class.sidekiq_options_hash, **self.options}
         options.pop("class_name", None)
+        options.pop("on_commit", None)  # decides when to push; never rides in the payload
         wait = options.pop("wait", None)
         wait_until = options.pop("wait_until", None)
         item: Item = {"class": self.job_class.wire_name(), "args": list(args)}
@@ -167,28 +191,26 @@ class Setter:
         return item
 
     def perform_async(self, *args: Any, **kwargs: Any) -> str | None:
-        from . import client
-
-        return client.push(self._item(args, kwargs), job_class=self.job_class)
+        return self._push(self._item(args, kwargs))
 
     def perform_in(self, interval: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
-        from . import client
         from .payload import now
 
         item = self._item(args, kwargs)
         item["at"] = _delay_to_epoch(interval, now())
-        return client.push(item, job_class=self.job_class)
+        return self._push(item)
 
     def perform_at(self, when: float | dt.datetime, *args: Any, **kwargs: Any) -> str | None:
-        from . import client
-
         item = self._item(args, kwargs)
         item["at"] = _epoch(when)
-        return client.push(item, job_class=self.job_class)
+        return self._push(item)
 
     def perform_bulk(self, args_list: Iterable[list[Any]], *, batch_size: int = 1000) -> list[str | None]:
-        from . import client
+        from . import client, transactions
 
         item = self._item((), {})
         item.pop("args")
-        return client.push_bulk({**item, "args": list(args_list)}, batch_size=batch_size, job_class=self.job_class)
+        bulk = {**item, "args": list(args_list)}
+        if self._defer():
+            return transactions.defer_bulk(bulk, partial(client.push_bulk, batch_size=batch_size, job_class=self.job_class))
+        return client.push_bulk(bulk, batch_size=batch_size, job_class=self.job_class)

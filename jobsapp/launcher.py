@@ -3,15 +3,18 @@
 Start order (``WorkerProcess.run``):
 1. wait for Redis (logging, capped backoff) and check it is >= 6.2; warn when
    ``maxmemory-policy`` is not ``noeviction`` (Redis could silently drop queued jobs);
-2. claim the supervisor slot and recover the previous occupant's in-flight jobs at once;
+2. claim the supervisor slot and recover the previous occupant's in-flight jobs at once (Redis
+   refusing writes, OOM at maxmemory say, is waited out as an outage);
 3. first heartbeat (the process appears in ``processes``), then the heartbeat thread;
-4. the manager (fetcher, acker, processors), the scheduler, the orphan sweeper.
+4. the manager (fetcher, acker, processors), the scheduler, the periodic-job ticker (only when
+   periodic jobs are defined), the orphan sweeper.
 
 Shutdown order (TERM/INT, or TERM through ``<identity>-signals``):
 1. quiet: stop fetching, put buffered jobs back (TSTP stops here);
-2. stop the scheduler and sweeper;
-3. wait up to ``timeout`` for running jobs; flush acknowledgements; put every still-running
-   job back at the front of its queue;
+2. stop the scheduler, the periodic-job ticker and the sweeper;
+3. wait up to ``timeout`` for running jobs (a second TERM/INT, a second Ctrl-C, cuts the wait
+   short, as in Sidekiq); flush acknowledgements; put every still-running job back at the front
+   of its queue;
 4. last heartbeat clean-up, then exit (the process does not wait for stuck job threads).
 
 With ``-P N`` the parent forks N children, one per slot, each a ``WorkerProcess`` with its own
@@ -32,18 +35,22 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
 from django.db import connections
 
-from . import connection, keys
+from . import connection, keys, shards
+from .backoff import Backoff
 from .conf import jobs_settings
-from .connection import CONNECTION_ERRORS
+from .connection import CONNECTION_ERRORS, REDIS_ERRORS
 from .fetch import BasicFetch, QueueOrder, ReliableFetch
 from .heartbeat import Heartbeat, new_identity
 from .manager import Manager
 from .middleware import notify
+from .periodic import PeriodicScheduler
+from .periodic import definitions as periodic_definitions
 from .processor import Processor
 from .recovery import Quarantine, Sweeper, claim_slot, recover_list
 from .retry import RetryPolicy
@@ -52,6 +59,48 @@ from .scheduler import Scheduler
 logger = logging.getLogger("jobsapp.launcher")
 
 MINIMUM_REDIS_VERSION = (6, 2)
+#: A stop signal this long after the first one is a second Ctrl-C (hurry), not the same one twice.
+SECOND_SIGNAL_AFTER_SECONDS = 1.0
+
+#: The most processor threads per process. Past a few hundred, threads only contend for the GIL;
+#: a typo such as ``-c 1000000`` must be refused, not grow a process to gigabytes before it
+#: starts (and while it ignores TERM).
+MAX_CONCURRENCY = 1000
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (its affinity mask, not the whole machine's), at least 1."""
+    counter = getattr(os, "process_cpu_count", None) or os.cpu_count  # process_cpu_count: Python >= 3.13
+    return max(1, counter() or 1)
+
+
+def default_processes() -> int:
+    """``-P`` when neither the flag nor ``JOBSAPP["PROCESSES"]`` says: one process per CPU, as
+    Sidekiq Enterprise's swarm and Celery's prefork pool do. One Python process runs Python code
+    on one core at a time (the GIL), so on N cores N processes drain up to N times as fast."""
+    return cpu_count()
+
+
+def max_processes() -> int:
+    """The most ``-P`` children: a typo (``-P 10000``) must not fork the machine to death."""
+    return max(64, 4 * cpu_count())
+
+
+def limits_problem(options: WorkerOptions) -> str | None:
+    """Why ``options`` cannot run (a clear message for the command line), or None."""
+    if options.concurrency < 1 or options.processes < 1:
+        return "-c and -P must be at least 1"
+    if options.concurrency > MAX_CONCURRENCY:
+        return (
+            f"-c {options.concurrency} is more threads than a process can use (at most {MAX_CONCURRENCY}): "
+            "threads past a few hundred only wait for the GIL; use -P or more runworkers commands for more parallelism"
+        )
+    if options.processes > max_processes():
+        return (
+            f"-P {options.processes} is more processes than this machine can run usefully (at most {max_processes()} "
+            f"with {cpu_count()} CPUs); run runworkers on more machines instead"
+        )
+    return None
 
 
 @dataclass
@@ -123,8 +172,16 @@ def dump_threads() -> None:
 class WorkerProcess:
     """One worker process: identity, heartbeat, manager, scheduler, sweeper."""
 
-    def __init__(self, options: WorkerOptions, *, slot_number: int = 0, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        options: WorkerOptions,
+        *,
+        slot_number: int = 0,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.options = options
+        self.clock = clock
         self.slot_number = slot_number
         self.rng = rng or random.Random()
         self.hostname = socket.gethostname()
@@ -132,6 +189,8 @@ class WorkerProcess:
         self.stop_requested = threading.Event()
         self.hard_stop = threading.Event()
         self.quiet_requested = threading.Event()
+        self.hurry_requested = threading.Event()  # a second TERM/INT: stop waiting for running jobs
+        self._stop_requested_at: float | None = None
         self._pending_signals: deque[str] = deque()
 
     # Signals arrive from the OS (handler in the main thread) or from the heartbeat thread
@@ -144,6 +203,13 @@ class WorkerProcess:
         while self._pending_signals:
             name = self._pending_signals.popleft()
             if name in ("TERM", "INT"):
+                # With -P, one Ctrl-C reaches a child twice (from the terminal and forwarded by the
+                # parent): only a stop signal a second or more after the first one hurries.
+                now = self.clock()
+                if self._stop_requested_at is None:
+                    self._stop_requested_at = now
+                elif now - self._stop_requested_at >= SECOND_SIGNAL_AFTER_SECONDS:
+                    self.hurry_requested.set()
                 self.stop_requested.set()
             elif name == "TSTP":
                 self.quiet_requested.set()
@@ -159,12 +225,45 @@ class WorkerProcess:
         signal.signal(signal.SIGTTIN, lambda *_: self.on_signal("TTIN"))
 
     def _wait_for_redis(self, client: redis.Redis) -> bool:
-        waiter = threading.Thread(target=wait_for_redis, args=(client, self.stop_requested), name="jobsapp.connect", daemon=True)
+        return self._wait_in_thread(wait_for_redis, client)
+
+    def _wait_in_thread(self, wait: Callable[[redis.Redis, threading.Event], bool], client: redis.Redis) -> bool:
+        """Run ``wait`` (which returns once Redis lets it, or when stop is requested) while this
+        thread keeps handling signals, so Ctrl-C still stops a worker waiting for Redis."""
+        waiter = threading.Thread(target=wait, args=(client, self.stop_requested), name="jobsapp.connect", daemon=True)
         waiter.start()
         while waiter.is_alive():
             waiter.join(0.1)
             self._handle_pending_signals()
         return not self.stop_requested.is_set()
+
+    def _claim_slot(self, client: redis.Redis, stop: threading.Event) -> bool:
+        """Claim this process's supervisor slot and recover a dead predecessor's in-flight list,
+        waiting out Redis refusing writes (OOM at maxmemory, READONLY, MISCONF) or going away as
+        an outage: one warning, capped backoff. True once done, False when stop was requested."""
+        backoff = Backoff()
+        while not stop.is_set():
+            try:
+                previous = claim_slot(client, hostname=self.hostname, slot_number=self.slot_number, identity=self.identity)
+                if previous:
+                    recover_list(client, previous)
+            except REDIS_ERRORS as exc:  # nothing was half-done: each recovery move is one atomic script
+                if backoff.failures == 0:
+                    logger.warning("start: Redis at %s refuses or does not answer (%s); waiting", connection.describe(), exc)
+                stop.wait(backoff.next_delay())
+                continue
+            if backoff.failures:
+                logger.info("start: Redis at %s accepts writes again", connection.describe())
+            return True
+        return False
+
+    def _stopped_while_starting(self) -> bool:
+        """Whether TERM/INT arrived during start-up (checked between its steps)."""
+        self._handle_pending_signals()
+        if self.stop_requested.is_set():
+            logger.info("stop requested during start-up: exiting before taking any job")
+            return True
+        return False
 
     def run(self) -> int:
         options = self.options
@@ -173,11 +272,12 @@ class WorkerProcess:
         if not self._wait_for_redis(client):
             return 0
         check_redis(client)
+        if self._stopped_while_starting():
+            return 0
 
         if options.fetch == "reliable":
-            previous = claim_slot(client, hostname=self.hostname, slot_number=self.slot_number, identity=self.identity)
-            if previous:
-                recover_list(client, previous)
+            if not self._wait_in_thread(self._claim_slot, client):
+                return 0
             fetch: ReliableFetch | BasicFetch = ReliableFetch(
                 self.identity,
                 options.queue_order,
@@ -220,6 +320,13 @@ class WorkerProcess:
             reliable=options.fetch == "reliable",
         )
         scheduler = Scheduler(client=client, poll_interval_seconds=float(jobs_settings.SCHEDULER_POLL_INTERVAL_SECONDS), rng=self.rng)
+        periodic_jobs = [  # ImproperlyConfigured stops the process before it takes jobs
+            definition
+            for definition in periodic_definitions()
+            # with SHARDS, a tick is claimed (and pushed) only on the shard the job routes to
+            if shards.route(definition.job_class.wire_name(), definition.queue) == shards.current()
+        ]
+        periodic = PeriodicScheduler(client=client, jobs=periodic_jobs) if periodic_jobs else None
         sweeper = Sweeper(
             client=client,
             identity=self.identity,
@@ -229,17 +336,25 @@ class WorkerProcess:
             rng=self.rng,
         )
 
+        if self._stopped_while_starting():
+            return 0
+        # From here a stop request waits at most for these starts (each returns at once): the
+        # loop below sees it first thing and runs the shutdown order.
         heartbeat.start()
         manager.start()
         scheduler.start()
+        if periodic is not None:
+            periodic.start()
         if options.fetch == "reliable":
             sweeper.start()
         logger.info(
-            "process %s started: %d threads, queues %s, %s fetch",
+            "process %s started: %d threads, queues %s, %s fetch, Redis %s",
             self.identity,
             options.concurrency,
             options.queue_order.describe(),
             options.fetch,
+            connection.describe(),
+            extra={"identity": self.identity, "concurrency": options.concurrency, "queues": options.queue_order.names},
         )
 
         while not self.stop_requested.is_set():
@@ -250,12 +365,15 @@ class WorkerProcess:
                 manager.quiet()
                 heartbeat.beat()
 
-        logger.info("stopping: waiting up to %.0f s for running jobs", options.timeout_seconds)
         deadline = time.monotonic() + options.timeout_seconds
+        logger.info("stopping: waiting up to %.0f s for %d running jobs", options.timeout_seconds, len(manager.busy()))
         scheduler.stop()
+        if periodic is not None:
+            periodic.stop()
         sweeper.stop()
         manager.quiet()
         heartbeat.beat()
+        deadline = self._wait_for_running_jobs(manager, deadline)
         requeued = manager.stop(deadline)
         self.hard_stop.set()
         notify("on_shutdown")
@@ -271,6 +389,17 @@ class WorkerProcess:
             "stopped: %d jobs processed (%d failed), %d put back unfinished", manager.processed_total, manager.failed_total, requeued
         )
         return 0
+
+    def _wait_for_running_jobs(self, manager: Manager, deadline: float) -> float:
+        """Wait until no job runs or ``deadline``; a second TERM/INT ends the wait at once. Returns
+        the deadline to hand to ``manager.stop`` (now, when hurried)."""
+        while manager.busy() and time.monotonic() < deadline:
+            self._handle_pending_signals()
+            if self.hurry_requested.is_set():
+                logger.warning("second stop signal: putting %d running jobs back now", len(manager.busy()))
+                return time.monotonic()
+            time.sleep(0.05)
+        return deadline
 
 
 class Supervisor:
@@ -322,6 +451,8 @@ class Supervisor:
         signal.signal(signal.SIGTSTP, lambda signum, _frame: self._forward(signum))
         signal.signal(signal.SIGTTIN, lambda signum, _frame: self._forward(signum))
         for slot_number in range(self.options.processes):
+            if self.stopping:  # TERM/INT while forking: the children not forked yet never start
+                break
             self._spawn(slot_number)
         deadline: float | None = None
         delayed: dict[int, float] = {}  # slot -> monotonic time of its postponed restart

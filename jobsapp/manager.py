@@ -4,6 +4,11 @@ Threads (all daemons, named):
 - ``jobsapp.fetcher`` keeps a small local buffer filled: one ``fetch.lua`` round trip brings up
   to a batch of jobs (already safe in the in-flight list); when every queue is empty it blocks
   in ``BLMOVE`` so an idle worker starts a new job within a millisecond of its push.
+  Fair fetch: the buffer holds at most one job per idle thread plus a look-ahead, the jobs the
+  threads finish during one fetch round trip (moving averages of both). Long jobs make the
+  look-ahead 0, so a process never holds a fetched job that none of its threads can start now
+  and long jobs spread over every process and host with a free thread (Sidekiq's rule); short
+  jobs make it a full batch, so many jobs still come in one round trip.
 - ``jobsapp.processor-<n>`` (``concurrency`` of them) take units from the buffer and run them.
 - ``jobsapp.acker`` acknowledges finished jobs and adds to the stats counters in batches: one
   ``ack.lua`` call for everything finished since the previous call (that is how the engine
@@ -24,16 +29,17 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import logging
+import os
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
-
-import redis
 
 from . import faults
 from .backoff import Backoff, call_with_retry
+from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, REDIS_ERRORS
 from .fetch import Fetch, UnitOfWork
 from .middleware import notify
@@ -41,6 +47,25 @@ from .payload import decode
 from .processor import DURATION_BUCKETS_SECONDS, Processor, Result
 
 logger = logging.getLogger("jobsapp.manager")
+
+
+def queue_of(raw: bytes) -> str:
+    """The queue a job read from an in-flight list goes back to: its payload's ``queue``."""
+    try:
+        queue = decode(raw).get("queue")
+    except ValueError:  # malformed: back to the default queue, where a worker files it as dead
+        queue = None
+    return queue if isinstance(queue, str) and queue else str(jobs_settings.DEFAULT_QUEUE)
+
+
+#: A fetch that took longer than this waited for a push: not a round-trip sample.
+FETCH_SAMPLE_MAX_SECONDS = 0.1
+
+
+def _moving_average(average: float | None, sample: float) -> float:
+    """Exponentially weighted (the newest sample weighs 1/10)."""
+    return sample if average is None else average + (sample - average) / 10
+
 
 #: The most acknowledgements sent in one ack.lua call.
 MAX_ACK_BATCH = 500
@@ -94,8 +119,10 @@ class Manager:
         self.fetch = fetch
         self.processor = processor
         self.concurrency = concurrency
-        self.capacity = max(batch_size, 1)
-        self.low_water = max(self.capacity // 2, 1)
+        self.capacity = max(batch_size, 1)  # the most jobs one fetch takes, and the buffer holds
+        # moving averages for the look-ahead (see _fetch_target), None until measured
+        self._job_seconds: float | None = None
+        self._fetch_seconds: float | None = None
         self.block_seconds = block_seconds
         self.stop_event = stop_event  # set when the process is stopping for good (hard stop)
 
@@ -111,6 +138,7 @@ class Manager:
         self._ack_ready = threading.Condition(self._ack_lock)
         self._ack_units: list[UnitOfWork] = []
         self._ack_jids: list[str] = []
+        self._acking: list[UnitOfWork] = []  # the batch the acker is sending
         self._processed = 0
         self._failed = 0
         self._acker_stop = False
@@ -186,29 +214,41 @@ class Manager:
         backoff = Backoff()
         while not self._quiet.is_set():
             with self._lock:
-                while len(self._buffer) >= self.low_water and not self._quiet.is_set():
+                while not self._quiet.is_set():
+                    target = self._fetch_target()
+                    if self._below_low_water(target):
+                        break
                     self._room.wait(1.0)
                 if self._quiet.is_set():
                     break
-                want = self.capacity - len(self._buffer)
+                want = target - len(self._buffer)
+            started = time.monotonic()
             try:
                 units = self.fetch.take(want, block_seconds=self.block_seconds)
-            except CONNECTION_ERRORS as exc:
+            except REDIS_ERRORS as exc:  # away, or refusing (READONLY after a failover, OOM): wait it out
                 delay = backoff.next_delay()
-                if backoff.failures == 1:
-                    logger.warning("fetch: Redis unavailable (%s); retrying with backoff", exc)
+                if backoff.failures == 1:  # once per outage, not per retry
+                    logger.warning("fetch: Redis unavailable or refusing the fetch (%s); retrying with backoff", exc)
                 self._quiet.wait(delay)
                 continue
-            except redis.ResponseError as exc:  # e.g. a read-only replica after failover: wait it out
+            except Exception:  # an engine bug: the fetcher must outlive it (jobs stay safe in their queues)
                 delay = backoff.next_delay()
-                logger.warning("fetch: Redis refused the fetch (%s); retrying in %.1f s", exc, delay)
+                if backoff.failures == 1:
+                    logger.exception("fetch: unexpected error; retrying with backoff")
                 self._quiet.wait(delay)
                 continue
             if backoff.failures:
                 logger.info("fetch: Redis is back after %d failed attempts", backoff.failures)
                 backoff.reset()
+                # a failed fetch may have run after all (its reply lost to a timeout): its jobs
+                # would sit in our in-flight list, run by no one, until this process restarts
+                units.extend(self.fetch.collect_pending())
+                units = self._reconcile(units)
             if not units:
                 continue
+            elapsed = time.monotonic() - started
+            if elapsed < FETCH_SAMPLE_MAX_SECONDS:  # a round trip, not a wait for a push
+                self._fetch_seconds = _moving_average(self._fetch_seconds, elapsed)
             if faults.POINT:
                 faults.reach("after_fetch")
             with self._lock:
@@ -229,7 +269,7 @@ class Manager:
                     return
                 unit = self._buffer.popleft()
                 self._running[ident] = Running(unit, time.time())
-                if len(self._buffer) < self.low_water:
+                if self._below_low_water(self._fetch_target()):
                     self._room.notify()
             try:
                 result = self.processor.process(unit)
@@ -240,15 +280,52 @@ class Manager:
                 with self._lock:
                     self._running.pop(ident, None)
                 continue
-            except Exception:  # an engine bug or a refused write (e.g. Redis OOM): requeued to run again
-                logger.exception("queue=%s unexpected error around a job; it goes back to its queue", unit.queue)
+            except REDIS_ERRORS as exc:  # Redis refusing a write (e.g. OOM) around the job: back on its queue once Redis takes it
+                logger.error("queue=%s Redis refused a write around a job (%s); it goes back to its queue", unit.queue, exc)
                 with self._lock:
                     self._running.pop(ident, None)
                 self._requeue([unit], reason="error", persistent=True)
                 continue
+            except Exception as exc:  # noqa: BLE001  # an engine bug: parked in the dead set, never requeued into a hot loop
+                with self._lock:
+                    self._running.pop(ident, None)
+                self._park(unit, exc)
+                continue
+            self._record(unit, result)  # before leaving the running set: always known to be ours (_reconcile)
             with self._lock:
                 self._running.pop(ident, None)
-            self._record(unit, result)
+                self._job_seconds = _moving_average(self._job_seconds, result.elapsed_seconds)
+                if self._below_low_water(self._fetch_target()):
+                    self._room.notify()  # a thread is free: the fetcher may take a job for it
+
+    def _fetch_target(self) -> int:
+        """Under _lock: how many fetched, unstarted jobs this process may hold now: one per idle
+        thread, plus the jobs its threads finish during one fetch round trip (twice that, for
+        margin; 0 while jobs outlast a round trip), at most a batch."""
+        idle = max(0, self.concurrency - len(self._running))
+        lookahead = 0
+        if self._job_seconds is not None and self._fetch_seconds is not None:
+            lookahead = int(2 * self.concurrency * self._fetch_seconds / max(self._job_seconds, 1e-6))
+        return min(self.capacity, idle + lookahead)
+
+    def _below_low_water(self, target: int) -> bool:
+        """Under _lock: whether the fetcher should fetch now (the buffer is down to half its target;
+        it is woken only then, not once per job)."""
+        return len(self._buffer) <= target - max(1, target // 2)
+
+    def _park(self, unit: UnitOfWork, exception: BaseException) -> None:
+        """A job the processor failed on with something other than a Redis error (an engine
+        bug): at a hard stop it stays in flight (recovered by the next process in this slot);
+        otherwise it goes to the dead set as malformed. Putting it back at the front of its
+        queue would run the same failure again at once."""
+        if self.stop_event.is_set():
+            logger.error("queue=%s job left in flight at shutdown (%s); recovered by the next process", unit.queue, exception)
+            return
+        logger.error("queue=%s unexpected error around a job (%s)", unit.queue, exception, exc_info=exception)
+        try:
+            self._record(unit, self.processor.park(unit, exception))
+        except Exception:  # could not even park it: it stays in flight for recovery
+            logger.exception("queue=%s could not park the job; it stays in flight until this process's list is recovered", unit.queue)
 
     def _record(self, unit: UnitOfWork, result: Result) -> None:
         with self._ack_lock:
@@ -263,26 +340,29 @@ class Manager:
 
     def _ack_loop(self) -> None:
         backoff = Backoff()
+        # a batch whose reply was not seen (Redis may have applied it) is resent as it was, with
+        # its token, so ack.lua can tell and the stats are not counted twice
+        unsent: tuple[list[UnitOfWork], list[str], int, int, str] | None = None
         while True:
-            with self._ack_lock:
-                while not (self._ack_units or self._processed) and not self._acker_stop:
-                    self._ack_ready.wait(1.0)
-                if not (self._ack_units or self._processed):
-                    return
-                units = self._ack_units[:MAX_ACK_BATCH]
-                jids = self._ack_jids[:MAX_ACK_BATCH]
-                del self._ack_units[:MAX_ACK_BATCH]
-                del self._ack_jids[:MAX_ACK_BATCH]
-                processed, failed = self._processed, self._failed
-                self._processed = self._failed = 0
-            try:
-                self.fetch.acknowledge(units, jids, processed=processed, failed=failed, today=dt.datetime.now(dt.UTC).date())
-            except REDIS_ERRORS as exc:
+            if unsent is None:
                 with self._ack_lock:
-                    self._ack_units[:0] = units
-                    self._ack_jids[:0] = jids
-                    self._processed += processed
-                    self._failed += failed
+                    while not (self._ack_units or self._processed) and not self._acker_stop:
+                        self._ack_ready.wait(1.0)
+                    if not (self._ack_units or self._processed):
+                        return
+                    units = self._ack_units[:MAX_ACK_BATCH]
+                    jids = self._ack_jids[:MAX_ACK_BATCH]
+                    del self._ack_units[:MAX_ACK_BATCH]
+                    del self._ack_jids[:MAX_ACK_BATCH]
+                    processed, failed = self._processed, self._failed
+                    self._processed = self._failed = 0
+                    self._acking = units  # still ours until acknowledged (see _reconcile)
+                unsent = (units, jids, processed, failed, os.urandom(8).hex())
+            units, jids, processed, failed, token = unsent
+            try:
+                self.fetch.acknowledge(units, jids, processed=processed, failed=failed, today=dt.datetime.now(dt.UTC).date(), token=token)
+            except Exception as exc:  # noqa: BLE001  # Redis away or refusing, or a bug: resent as it was, the acker lives on
+                with self._ack_lock:
                     stopping = self._acker_stop and self.stop_event.is_set()
                 if stopping:
                     logger.error(
@@ -294,6 +374,9 @@ class Manager:
                     logger.warning("ack: Redis unavailable (%s); retrying with backoff", exc)
                 time.sleep(delay)
                 continue
+            unsent = None
+            with self._ack_lock:
+                self._acking = []
             backoff.reset()
             self.processed_total += processed
             self.failed_total += failed
@@ -304,6 +387,36 @@ class Manager:
             self._ack_ready.notify_all()
         if self._acker is not None:
             self._acker.join(10.0)
+
+    def _reconcile(self, fetched: list[UnitOfWork]) -> list[UnitOfWork]:
+        """After a fetch whose outcome is unknown: every job in this process's in-flight list
+        that it does not hold (buffered, running, waiting for or in an ack, or just ``fetched``)
+        was moved by a fetch whose reply was lost. Those go back to the front of their queues
+        (``requeue.lua``, guarded by LREM: one finished and acknowledged meanwhile is not put
+        back). Returns ``fetched``; on a Redis error nothing is changed (tried again after the
+        next failed fetch, or the list is recovered when this process stops)."""
+        try:
+            listed = self.fetch.listed_in_flight()
+        except REDIS_ERRORS as exc:
+            logger.warning("fetch: could not reconcile the in-flight list (%s)", exc)
+            return fetched
+        with self._lock, self._ack_lock:
+            held = Counter(
+                unit.raw
+                for unit in chain(
+                    self._buffer, (running.unit for running in self._running.values()), self._ack_units, self._acking, fetched
+                )
+            )
+        strays: list[UnitOfWork] = []
+        for raw in listed:
+            if held[raw] > 0:
+                held[raw] -= 1
+            else:
+                strays.append(UnitOfWork(raw, queue_of(raw)))
+        if strays:
+            logger.warning("fetch: %d jobs moved in flight by a fetch whose reply was lost go back to their queues", len(strays))
+            self._requeue(strays, reason="reconcile")
+        return fetched
 
     def _requeue(self, units: list[UnitOfWork], *, reason: str, persistent: bool = False) -> None:
         """Put units back at the front of their queues. ``persistent`` (a live process putting
@@ -326,4 +439,6 @@ class Manager:
                 item = decode(unit.raw)
             except ValueError:  # malformed: nothing for middleware to record
                 continue
+            if reason == "shutdown":
+                logger.info("class=%s jid=%s queue=%s put back (unfinished at shutdown)", item.get("class"), item.get("jid"), unit.queue)
             notify("on_requeue", item, reason=reason)

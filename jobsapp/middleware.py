@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils.module_loading import import_string
 
 from .conf import jobs_settings
+from .payload import Item
 
 if TYPE_CHECKING:
     import redis
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
     from .job import Job
 
 logger = logging.getLogger("jobsapp.middleware")
-
-Item = dict[str, Any]
 
 
 class ClientMiddleware:
@@ -73,10 +72,12 @@ class ServerMiddleware:
         """The job failed and will run again at ``run_at`` (attempt ``retry_count + 1`` of ``retry_limit``)."""
 
     def on_dead(self, job_class: type[Job] | None, item: Item, exception: BaseException | None, *, reason: str) -> None:
-        """The job will not run again: it went to the dead set, or was discarded (``retry: false``)."""
+        """The job will not run again: it went to the dead set, or was discarded (``retry: false``).
+        ``reason`` is a ``jobsapp.outcomes.DeadReason`` (a str: ``"retries_exhausted"``, ``"killed"``...)."""
 
     def on_requeue(self, item: Item, *, reason: str) -> None:
-        """The job was put back at the front of its queue unfinished (shutdown), to run again."""
+        """The job was put back at the front of its queue unfinished (shutdown), to run again.
+        ``reason`` is a ``jobsapp.outcomes.RequeueReason`` (a str: ``"shutdown"``, ``"recovered"``...)."""
 
     def on_shutdown(self) -> None:
         """The worker process is about to exit: no job runs any more; flush what you buffer."""
@@ -202,7 +203,18 @@ def run_client_chain(job_class: type[Job] | None, item: Item, queue: str, redis:
 
 
 def run_server_chain(job: Job, item: Item, queue: str, final: Callable[[], Any]) -> Any:
-    """Call ``final`` (the job's perform) inside every server middleware's ``call``."""
+    """Call ``final`` (the job's perform) inside every server middleware's ``call``.
+
+    A job pushed with ``retain`` is recorded by ``jobsapp.results`` around the whole chain (not a
+    configurable middleware: removing it from a chain must not lose results silently)."""
+    if "retain" in item:
+        from .results import recorder
+
+        return recorder.run(job, item, lambda: _run_chain(job, item, queue, final))
+    return _run_chain(job, item, queue, final)
+
+
+def _run_chain(job: Job, item: Item, queue: str, final: Callable[[], Any]) -> Any:
     instances = server_chain().instances()
     if not instances:
         return final()
@@ -216,9 +228,36 @@ def run_server_chain(job: Job, item: Item, queue: str, final: Callable[[], Any])
 
 
 def notify(hook: str, *args: Any, **kwargs: Any) -> None:
-    """Call ``hook`` on every server middleware; a hook that raises is logged and ignored."""
+    """Call ``hook`` on every server middleware; a hook that raises is logged and ignored.
+
+    The outcome of a job pushed with ``retain`` is recorded first (``jobsapp.results``)."""
+    if hook in ("on_retry", "on_dead") and len(args) > 1 and isinstance(args[1], dict) and "retain" in args[1]:
+        _record_outcome(hook, *args, **kwargs)
+    elif hook == "on_requeue" and args and isinstance(args[0], dict) and "retain" in args[0]:
+        _record_requeue(args[0])
     for middleware in server_chain().instances():
         try:
             getattr(middleware, hook)(*args, **kwargs)
         except Exception:  # the job's fate is already decided; a failing hook must not change it
             logger.exception("server middleware %s.%s failed", type(middleware).__name__, hook)
+
+
+def _record_outcome(hook: str, job_class: Any, item: Item, exception: BaseException | None, **kwargs: Any) -> None:
+    from .results import recorder
+
+    try:
+        if hook == "on_retry":
+            recorder.on_retry(item, exception or Exception("unknown"), retry_count=kwargs["retry_count"], run_at=kwargs["run_at"])
+        else:
+            recorder.on_dead(item, exception, reason=kwargs.get("reason", ""))
+    except Exception:  # the job's fate is already decided; a record that fails must not change it
+        logger.exception("recording the outcome of job %s failed", item.get("jid"))
+
+
+def _record_requeue(item: Item) -> None:
+    from .results import recorder
+
+    try:
+        recorder.on_requeue(item)
+    except Exception:  # the job is back in its queue whatever happens to its record
+        logger.exception("recording the requeue of job %s failed", item.get("jid"))

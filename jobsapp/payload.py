@@ -1,4 +1,4 @@
-"""The job payload: Sidekiq's JSON item (shared/DESIGN.md §2), its validation and its encoding.
+"""The job payload: Sidekiq's JSON item (docs/payload.md), its validation and its encoding.
 
 Pure functions, no Redis. The producing side calls ``normalize_item`` and ``encode``; the
 consuming side calls ``decode``. Arguments must be JSON-native (None, bool, int, float that is
@@ -18,6 +18,7 @@ from typing import Any
 from .conf import jobs_settings
 from .errors import MalformedPayload, PayloadTooLarge
 
+#: A Sidekiq item: the decoded job payload (docs/payload.md). The one alias every module uses.
 Item = dict[str, Any]
 
 #: Extra payload key of a job put back from a dead process's in-flight list: how many dead
@@ -133,12 +134,50 @@ def encode_unchecked(item: Item) -> bytes:
     return JSON_ENCODER.encode(item).encode("utf-8")
 
 
-def decode(raw: bytes | str) -> Item:
-    """Parse a job read from Redis; MalformedPayload when it is not a JSON object with a class."""
+#: Deepest nesting of a whole stored job (the item, its args, then MAX_NESTING levels of
+#: arguments): what our client and Ruby's JSON.parse accept. Anything deeper read from Redis is
+#: malformed, so no later step (encoding it into the retry set, redaction, templates) can hit
+#: Python's recursion limit on a job another client wrote.
+MAX_STORED_NESTING = MAX_NESTING + 2
+
+
+def _nesting_depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether lists and objects in ``value`` nest deeper than ``limit`` (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        kind = type(current)
+        if kind is list or kind is dict:
+            if depth > limit:
+                return True
+            children = current if kind is list else current.values()
+            stack.extend((child, depth + 1) for child in children if type(child) is list or type(child) is dict)
+    return False
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """``json.loads`` for text read from Redis, which any client may have written: ValueError
+    (MalformedPayload) for anything that is not JSON nested at most MAX_STORED_NESTING deep,
+    whatever the bytes (invalid UTF-8, a number of a million digits, JSON nested 100,000 deep,
+    which makes ``json.loads`` raise RecursionError)."""
     try:
-        item = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:  # the caller sends the raw text to the dead set
-        raise MalformedPayload(f"not valid JSON: {exc}") from None
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, TypeError) as exc:  # the caller sends the raw text to the dead set
+        raise MalformedPayload(f"not valid JSON: {str(exc)[:200]}") from None
+    except RecursionError:  # nested past the interpreter's limit: dead, never retried
+        raise MalformedPayload(f"not valid JSON: nested deeper than {MAX_STORED_NESTING} levels") from None
+    # only text with that many brackets can nest that deep: the walk is skipped for common jobs
+    if isinstance(value, (list, dict)):
+        data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")
+        if data.count(b"[") + data.count(b"{") > MAX_STORED_NESTING and _nesting_depth_exceeds(value, MAX_STORED_NESTING):
+            raise MalformedPayload(f"lists and objects nest deeper than {MAX_STORED_NESTING} levels")
+    return value
+
+
+def decode(raw: bytes | str) -> Item:
+    """Parse a job read from Redis; MalformedPayload (a ValueError) when it is not a JSON object
+    with a class and list args, nested at most MAX_STORED_NESTING deep. Never any other error."""
+    item = parse_json(raw)
     if not isinstance(item, dict):
         raise MalformedPayload(f"a job must be a JSON object, not {type(item).__name__}")
     if not isinstance(item.get("class"), str):
@@ -157,3 +196,19 @@ def timestamp_seconds(value: Any) -> float | None:
     except OverflowError:  # a hostile 400-digit integer: no usable time
         return None
     return seconds if seconds is not None and math.isfinite(seconds) else None
+
+
+def malformed_item(raw: bytes, queue: str, reason: str) -> Item:
+    """A dead-set entry for something that is not a job: valid JSON that keeps the raw text
+    (written by the processor and by recovery alike)."""
+    text = raw.decode("utf-8", errors="replace")
+    return {
+        "class": "jobsapp.MalformedPayload",
+        "args": [text],
+        "queue": queue,
+        "jid": new_jid(),
+        "retry": False,
+        "created_at": now(),
+        "enqueued_at": now(),
+        "malformed_reason": reason,
+    }

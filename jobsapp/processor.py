@@ -4,8 +4,15 @@ Called in a processor thread (``jobsapp.processor-<n>``) owned by the manager. W
 the job is returned to the manager, which acknowledges it in the next batch:
 
 - success: acknowledged, counted processed;
-- malformed JSON, an unknown or hostile class name: straight to the dead set with the reason
-  (wrapped so the raw text is kept), never imported or evaluated; counted failed;
+- malformed JSON (including JSON nested past ``payload.MAX_STORED_NESTING``), a hostile class
+  name (``__import__('os')...``, a path): straight to the dead set with the reason (wrapped so
+  the raw text is kept), never imported or evaluated; counted failed;
+- an unknown class (a ``tasks.py`` class never registered, a job enqueued by web servers deployed
+  before the workers): retried like any failure, as Sidekiq retries its NameError, with an
+  ``error_message`` naming the class and where classes are discovered;
+- anything raised while handling the job that the rules above do not cover (the retry policy
+  failing on a hostile field, an engine bug): parked in the dead set as malformed, once
+  (``park``); never requeued, so a payload cannot make a worker loop hot;
 - ``NoRetryError``: acknowledged, counted failed, not retried (middleware records why);
 - any other exception: ``RetryPolicy`` files it in retry or dead atomically with its ack.
 
@@ -16,17 +23,22 @@ as Django does around a request. One log line at start and one at the end of eac
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
 
-from . import faults, registry
+from . import batch, faults, limiter, periodic, registry, unique
+from .conf import jobs_settings
+from .connection import REDIS_ERRORS
+from .error_fields import safe_message
 from .errors import MalformedPayload, NoRetryError, UnknownJobClass
 from .middleware import notify, run_server_chain
-from .payload import RECOVERED_KEY, decode, new_jid, now
-from .retry import safe_message
+from .outcomes import DeadReason, OutcomeKind, RequeueReason
+from .payload import RECOVERED_KEY, decode, malformed_item, now
 
 if TYPE_CHECKING:
     from .fetch import UnitOfWork
@@ -35,13 +47,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("jobsapp.processor")
 
-Item = dict[str, Any]
 
 #: Seconds-bounds of the per-class duration histogram (Prometheus-style, cumulative).
 DURATION_BUCKETS_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Result:
     """What the manager must do with a finished unit of work."""
 
@@ -52,19 +63,17 @@ class Result:
     elapsed_seconds: float
 
 
-def malformed_item(unit: UnitOfWork, reason: str) -> Item:
-    """A dead-set entry for something that is not a job: valid JSON that keeps the raw text."""
-    text = unit.raw.decode("utf-8", errors="replace")
-    return {
-        "class": "jobsapp.MalformedPayload",
-        "args": [text],
-        "queue": unit.queue,
-        "jid": new_jid(),
-        "retry": False,
-        "created_at": now(),
-        "enqueued_at": now(),
-        "malformed_reason": reason,
-    }
+#: What an unregistered job class name must look like to be retried rather than buried: dotted
+#: identifiers (Python), Ruby constants (``A::B``), Celery-style task names (``my-app.tasks.add``).
+#: Registered names are looked up first, whatever they look like.
+CLASS_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(?:(?:\.|::)[A-Za-z_][A-Za-z0-9_-]*)*")
+#: The longest class name a job can have.
+CLASS_NAME_MAX_CHARS = 500
+
+
+def looks_like_class_name(name: str) -> bool:
+    """Whether ``name`` could name a job class (it is still only ever looked up, never imported)."""
+    return len(name) <= CLASS_NAME_MAX_CHARS and CLASS_NAME_PATTERN.fullmatch(name) is not None
 
 
 class Processor:
@@ -73,32 +82,103 @@ class Processor:
     def __init__(self, policy: RetryPolicy, *, quarantine: Quarantine | None = None) -> None:
         self.policy = policy
         self.quarantine = quarantine  # runs jobs recovered from dead processes one at a time
+        # Asked once: runworkers sets the level before it builds the processor (jobsapp.logs).
+        self.log_jobs = logger.isEnabledFor(logging.INFO)
+        # JOBSAPP["QUEUE_LIMITS"]: queue -> jobs of it running at once, across every process
+        problem = limiter.queue_limits_problem(jobs_settings.QUEUE_LIMITS)
+        if problem:  # the worker does not start: every job of that queue would fail otherwise
+            raise ImproperlyConfigured(problem)
+        self.queue_limits: dict[str, int] = dict(jobs_settings.QUEUE_LIMITS or {})
 
     def process(self, unit: UnitOfWork) -> Result:
+        """Run one unit of work and file its outcome. Never raises for anything a payload, a job,
+        a middleware or the retry policy does: what cannot be handled is parked in the dead set
+        as malformed, once (a Redis error while filing at a hard stop is the only exception)."""
         started = time.monotonic()
+        try:
+            return self._process(unit, started)
+        except REDIS_ERRORS:  # filing waits out outages; this is a hard stop: left in flight
+            raise
+        except Exception as exc:  # noqa: BLE001  # the payload or the failure path itself failed: dead, never requeued
+            return self.park(unit, exc, started=started)
+
+    def park(self, unit: UnitOfWork, exception: BaseException, *, started: float | None = None) -> Result:
+        """Send a unit that could not be handled to the dead set as malformed, with the reason,
+        wrapped so its raw text is kept. Filing removes it from the in-flight list, so it is
+        filed once even when its own failure path had filed it already (then nothing is written)."""
+        started = time.monotonic() if started is None else started
+        reason = f"{type(exception).__name__}: {safe_message(exception)[:500]}"
+        wrapped = malformed_item(unit.raw, unit.queue, f"could not be handled: {reason}")
+        logger.error("queue=%s job parked in the dead set as malformed: %s", unit.queue, reason)
+        self.policy.bury(unit, wrapped, exception, reason=DeadReason.MALFORMED)
+        return Result(
+            jid=wrapped["jid"],
+            acknowledge=False,
+            failed=True,
+            job_class="jobsapp.MalformedPayload",
+            elapsed_seconds=time.monotonic() - started,
+        )
+
+    def _process(self, unit: UnitOfWork, started: float) -> Result:
         try:
             item = decode(unit.raw)
         except MalformedPayload as exc:
             # dead: wrapped so the raw text survives and Sidekiq's Web UI can still list it
-            wrapped = malformed_item(unit, str(exc))
+            wrapped = malformed_item(unit.raw, unit.queue, str(exc))
             logger.error("queue=%s malformed job sent to the dead set: %s", unit.queue, exc)
-            self.policy.bury(unit, wrapped, exc, reason="malformed")
-            return Result(wrapped["jid"], False, True, "jobsapp.MalformedPayload", time.monotonic() - started)
-        jid = str(item.get("jid", ""))
+            self.policy.bury(unit, wrapped, exc, reason=DeadReason.MALFORMED)
+            return Result(
+                jid=wrapped["jid"],
+                acknowledge=False,
+                failed=True,
+                job_class="jobsapp.MalformedPayload",
+                elapsed_seconds=time.monotonic() - started,
+            )
+        jid = item.get("jid")
+        jid = jid if isinstance(jid, str) else ""
         class_name = item["class"]
         try:
             job_class = registry.lookup(class_name)
-        except UnknownJobClass as exc:
-            # dead: only registered classes ever run; nothing is imported because a payload named it
-            logger.error("class=%r jid=%s queue=%s unknown job class sent to the dead set", class_name[:200], jid, unit.queue)
-            self.policy.bury(unit, item, exc, reason="unknown_class")
-            return Result(jid, False, True, class_name, time.monotonic() - started)
+        except UnknownJobClass:
+            if not looks_like_class_name(class_name):
+                # dead: not a name any job could have (empty, "__import__('os')...", a path); nothing is imported
+                not_a_name = UnknownJobClass(f"{class_name[:200]!r} is not a job class name; nothing was imported or run")
+                logger.error("class=%r jid=%s queue=%s hostile job class name sent to the dead set", class_name[:200], jid, unit.queue)
+                self.policy.bury(unit, item, not_a_name, reason=DeadReason.UNKNOWN_CLASS)
+                return Result(
+                    jid=jid, acknowledge=False, failed=True, job_class=class_name[:200], elapsed_seconds=time.monotonic() - started
+                )
+            # retried as any failure (Sidekiq's NameError): a deploy where web servers know a
+            # class before the workers do heals itself; nothing is imported because a payload named it
+            unknown = UnknownJobClass(
+                f"{class_name[:200]!r} is not a registered job class in this worker; job classes are found in the "
+                "jobs.py (or tasks.py) module of each installed app (INSTALLED_APPS), so define it there and restart the workers. "
+                "Nothing was imported or run"
+            )
+            outcome = self.policy.handle(unit, item, None, unknown)
+            logger.error("class=%r jid=%s queue=%s unknown job class (%s)", class_name[:200], jid, unit.queue, outcome.kind)
+            return Result(
+                jid=jid,
+                acknowledge=outcome.kind == OutcomeKind.DISCARDED,
+                failed=True,
+                job_class=class_name[:200],
+                elapsed_seconds=time.monotonic() - started,
+            )
 
         args = item.get("args", [])
         kwargs = item.get("kwargs") or {}
         if not isinstance(kwargs, dict):
             kwargs = {}
-        logger.info("class=%s jid=%s queue=%s start", class_name, jid, unit.queue)
+        if self.log_jobs:
+            logger.info(
+                "class=%s jid=%s queue=%s start",
+                class_name,
+                jid,
+                unit.queue,
+                extra={"job_class": class_name, "jid": jid, "queue": unit.queue},
+            )
+        if unique.DIGEST_KEY in item:
+            unique.release(self.policy.client, item, moment="start")
         close_old_connections()
         try:
             job = job_class()  # user code too (a job's __init__): its failure is the job's failure
@@ -110,15 +190,38 @@ class Processor:
                 call_perform = faults.wrap("in_perform", call_perform)
             if RECOVERED_KEY in item and self.quarantine is not None:
                 call_perform = self.quarantine.wrap(jid, call_perform)
+            if self.queue_limits and unit.queue in self.queue_limits:
+                call_perform = limiter.within(limiter.queue_limiter(unit.queue, self.queue_limits[unit.queue]), call_perform)
             run_server_chain(job, item, unit.queue, call_perform)
         except NoRetryError as exc:
             # acked and counted failed; no retry, no dead set (the job said so)
             elapsed = time.monotonic() - started
             logger.warning("class=%s jid=%s queue=%s elapsed_ms=%.1f fail (no retry): %s", class_name, jid, unit.queue, elapsed * 1000, exc)
-            notify("on_dead", job_class, item, exc, reason="no_retry")
-            return Result(jid, True, True, class_name, elapsed)
+            notify("on_dead", job_class, item, exc, reason=DeadReason.NO_RETRY)
+            if periodic.PERIODIC_KEY in item:
+                periodic.record_outcome(self.policy.client, item, error=exc, finished_at=now())
+            if unique.DIGEST_KEY in item:  # done for good: the next push of it may enqueue
+                unique.release(self.policy.client, item, moment="success")
+            if batch.BATCH_KEY in item:
+                batch.job_finished(self.policy.client, item, succeeded=False)
+            return Result(jid=jid, acknowledge=True, failed=True, job_class=class_name, elapsed_seconds=elapsed)
         except BaseException as exc:  # noqa: BLE001  # any failure of user code (even SystemExit): retried, dead or discarded
             elapsed = time.monotonic() - started
+            if isinstance(exc, limiter.OverLimit):
+                # back to the schedule set with backoff, acked in the same script: not a failure,
+                # not a retry (until MAX_RESCHEDULES: then it fails below like any exception)
+                run_at = limiter.reschedule(self.policy, unit, item, exc, rng=self.policy.rng)
+                if run_at is not None:
+                    notify("on_requeue", item, reason=RequeueReason.OVER_LIMIT)
+                    logger.info(
+                        "class=%s jid=%s queue=%s over limit %r: rescheduled in %.1f s",
+                        class_name,
+                        jid,
+                        unit.queue,
+                        exc.name,
+                        run_at - now(),
+                    )
+                    return Result(jid=jid, acknowledge=False, failed=False, job_class=class_name, elapsed_seconds=elapsed)
             outcome = self.policy.handle(unit, item, job_class, exc)
             logger.warning(
                 "class=%s jid=%s queue=%s elapsed_ms=%.1f fail (%s): %s: %s",
@@ -130,11 +233,28 @@ class Processor:
                 type(exc).__name__,
                 safe_message(exc)[:500],
             )
-            return Result(jid, outcome.kind == "discarded", True, class_name, elapsed)
+            if periodic.PERIODIC_KEY in item:
+                periodic.record_outcome(self.policy.client, item, error=exc, finished_at=now())
+            if unique.DIGEST_KEY in item and outcome.kind in (OutcomeKind.DEAD, OutcomeKind.DISCARDED):  # a retry keeps the lock
+                unique.release(self.policy.client, item, moment="success")
+            if batch.BATCH_KEY in item:  # a failed run counts as run once, retried or not
+                batch.job_finished(self.policy.client, item, succeeded=False)
+            return Result(
+                jid=jid, acknowledge=outcome.kind == OutcomeKind.DISCARDED, failed=True, job_class=class_name, elapsed_seconds=elapsed
+            )
         finally:
             close_old_connections()
         if faults.POINT:
             faults.reach("after_perform_before_ack")
+        if periodic.PERIODIC_KEY in item:
+            periodic.record_outcome(self.policy.client, item, error=None, finished_at=now())
+        if unique.DIGEST_KEY in item:
+            unique.release(self.policy.client, item, moment="success")
+        if batch.BATCH_KEY in item:
+            batch.job_finished(self.policy.client, item, succeeded=True)
         elapsed = time.monotonic() - started
-        logger.info("class=%s jid=%s queue=%s elapsed_ms=%.1f done", class_name, jid, unit.queue, elapsed * 1000)
-        return Result(jid, True, False, class_name, elapsed)
+        if self.log_jobs:
+            milliseconds = round(elapsed * 1000, 1)
+            fields = {"job_class": class_name, "jid": jid, "queue": unit.queue, "elapsed_ms": milliseconds}
+            logger.info("class=%s jid=%s queue=%s elapsed_ms=%.1f done", class_name, jid, unit.queue, milliseconds, extra=fields)
+        return Result(jid=jid, acknowledge=True, failed=False, job_class=class_name, elapsed_seconds=elapsed)

@@ -1,6 +1,6 @@
 """Orphan recovery: jobs left in the in-flight list of a process that died are put back.
 
-Two paths, both through ``recover.lua`` (one job per call, guarded by LREM so a job is moved
+Two paths, both through ``recover_requeue.lua`` or ``recover_bury.lua`` (one job per call, guarded by LREM so a job is moved
 at most once however many recoverers race):
 
 - at start, a process running in supervisor slot N on this host takes over the in-flight list
@@ -38,18 +38,16 @@ from typing import TypeVar
 
 import redis
 
-from . import keys
-from .api.processes import ProcessSet
+from . import keys, scripts
 from .component import Component
 from .conf import jobs_settings
-from .connection import CONNECTION_ERRORS, as_bytes, as_text
+from .connection import CONNECTION_ERRORS, REDIS_ERRORS, as_bytes, as_text
 from .errors import JobsError, RedisUnavailable
-from .fetch import UnitOfWork
 from .middleware import notify
-from .payload import RECOVERED_KEY, decode, encode_unchecked, now
-from .processor import malformed_item
+from .outcomes import DeadReason, RequeueReason
+from .payload import RECOVERED_KEY, decode, encode_unchecked, malformed_item, now
+from .processes import prune_dead
 from .retry import dead_trim_args, with_error_fields
-from .scripts import script
 
 logger = logging.getLogger("jobsapp.recovery")
 
@@ -76,64 +74,90 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _bury_malformed(client: redis.Redis, raw: bytes, *, inflight_key: str, exception: BaseException) -> bool:
+    """Move an in-flight entry that is not a usable job to the dead set, wrapped so its raw
+    text is kept (``recover_bury.lua``). True when this call moved it."""
+    timestamp = now()
+    reason = f"{type(exception).__name__}: {str(exception)[:500]}"
+    dead_item = with_error_fields(malformed_item(raw, jobs_settings.DEFAULT_QUEUE, reason), exception, timestamp)
+    cutoff, maximum = dead_trim_args(timestamp)
+    member = json.dumps(dead_item, separators=(",", ":"), ensure_ascii=False)
+    moved = bool(
+        scripts.recover_bury(
+            client, inflight_key=inflight_key, raw=raw, member=member, jid="", died_at=timestamp, dead_cutoff=cutoff, dead_max_jobs=maximum
+        )
+    )
+    if moved:
+        logger.error("recovery: malformed in-flight job sent to the dead set: %s", reason)
+        notify("on_dead", None, dead_item, exception, reason=DeadReason.MALFORMED)
+    return moved
+
+
+def _recover_one(client: redis.Redis, raw: bytes, *, inflight_key: str, started_key: str, limit: int) -> tuple[bool, str]:
+    """Put one in-flight job back on its queue, or in the dead set when malformed or poison.
+    Returns (moved by this call, "queue" or "dead")."""
+    try:
+        item = decode(raw)
+    except ValueError as exc:  # malformed (any bytes: decode raises nothing else): dead, wrapped so the raw text is kept
+        return _bury_malformed(client, raw, inflight_key=inflight_key, exception=exc), "dead"
+    jid = item.get("jid")
+    jid = jid if isinstance(jid, str) else ""
+    previous = int(client.hget(keys.RECOVERIES, jid) or 0)
+    # a quarantined job is to blame only if it was running (its started mark is there)
+    blamed = RECOVERED_KEY not in item or bool(client.hexists(started_key, jid))
+    count = previous + 1 if blamed else previous
+    queue = item.get("queue")
+    queue = queue if isinstance(queue, str) and queue else str(jobs_settings.DEFAULT_QUEUE)
+    if count < limit:
+        try:
+            marked = encode_unchecked({**item, RECOVERED_KEY: count})
+        except ValueError:  # NaN or the like from a foreign client: pushed back unmarked
+            marked = b""
+        moved = bool(
+            scripts.recover_requeue(client, inflight_key=inflight_key, raw=raw, queue=queue, jid=jid, marked=marked, blamed=blamed)
+        )
+        if moved:
+            notify("on_requeue", item, reason=RequeueReason.RECOVERED)
+        return moved, "queue"
+    poison = PoisonJob(f"recovered from {count} dead processes; treated as poison")
+    timestamp = now()
+    dead_item = with_error_fields(item, poison, timestamp)
+    cutoff, maximum = dead_trim_args(timestamp)
+    member = json.dumps(dead_item, separators=(",", ":"), ensure_ascii=False)
+    moved = bool(
+        scripts.recover_bury(
+            client, inflight_key=inflight_key, raw=raw, member=member, jid=jid, died_at=timestamp, dead_cutoff=cutoff, dead_max_jobs=maximum
+        )
+    )
+    if moved:
+        logger.error("jid=%s class=%s poison job sent to the dead set: %s", jid, str(item.get("class"))[:200], poison)
+        notify("on_dead", None, dead_item, poison, reason=DeadReason.POISON)
+    return moved, "dead"
+
+
 def recover_list(client: redis.Redis, identity: str) -> tuple[int, int]:
     """Put back every job of ``identity``'s in-flight list; returns (requeued, buried)."""
     inflight_key = keys.inflight(identity)
     started_key = keys.started(identity)
     requeued = buried = 0
     limit = int(jobs_settings.POISON_RECOVERY_LIMIT)
-    recover = script("recover")
     while True:
         raw = client.lindex(inflight_key, -1)  # oldest first
         if raw is None:
             break
         raw = as_bytes(raw)
-        unit = UnitOfWork(raw, "default")
         try:
-            item = decode(raw)
-        except ValueError as exc:  # malformed: dead, wrapped so the raw text is kept
-            item = malformed_item(unit, str(exc))
-            exc_for_dead: BaseException = exc
-            mode = "dead"
-        else:
-            jid_text = str(item.get("jid", ""))
-            previous = int(client.hget(keys.RECOVERIES, jid_text) or 0)
-            # a quarantined job is to blame only if it was running (its started mark is there)
-            blamed = RECOVERED_KEY not in item or bool(client.hexists(started_key, jid_text))
-            count = previous + 1 if blamed else previous
-            mode = "dead" if count >= limit else "queue"
-            exc_for_dead = PoisonJob(f"recovered from {count} dead processes; treated as poison")
-        queue = str(item.get("queue") or jobs_settings.DEFAULT_QUEUE)
-        jid = str(item.get("jid", ""))
-        if mode == "queue":
-            try:
-                marked = encode_unchecked({**item, RECOVERED_KEY: count})
-            except ValueError:  # NaN or the like from a foreign client: pushed back unmarked
-                marked = b""
-            result = recover(
-                client,
-                [inflight_key, keys.queue(queue), keys.QUEUES, keys.RECOVERIES],
-                [raw, "queue", queue, jid, "", "", "", marked, 1 if blamed else 0],
-            )
-            if result:
-                requeued += 1
-                notify("on_requeue", item, reason="recovered")
-        else:
-            timestamp = now()
-            dead_item = with_error_fields(item, exc_for_dead, timestamp)
-            cutoff, maximum = dead_trim_args(timestamp)
-            member = json.dumps(dead_item, separators=(",", ":"), ensure_ascii=False)
-            result = recover(
-                client,
-                [inflight_key, keys.DEAD, keys.QUEUES, keys.RECOVERIES],
-                [raw, "dead", member, jid, repr(timestamp), cutoff, maximum],
-            )
-            if result:
-                buried += 1
-                logger.error("jid=%s class=%s poison job sent to the dead set: %s", jid, str(item.get("class"))[:200], exc_for_dead)
-                notify("on_dead", None, dead_item, exc_for_dead, reason="poison")
-        if not result:  # someone else moved it first; look at the list again
-            continue
+            result, outcome = _recover_one(client, raw, inflight_key=inflight_key, started_key=started_key, limit=limit)
+        except REDIS_ERRORS:  # the caller (sweeper, start-up) retries the whole list later
+            raise
+        except Exception as exc:  # a hostile entry must not stop recovery of the ones behind it: dead
+            logger.exception("recovery: an in-flight entry of %s could not be handled; it goes to the dead set", identity)
+            result, outcome = _bury_malformed(client, raw, inflight_key=inflight_key, exception=exc), "dead"
+        if result and outcome == "queue":
+            requeued += 1
+        elif result:
+            buried += 1
+        # when not moved, someone else moved it first: look at the list again
     client.delete(started_key)
     client.srem(keys.INFLIGHT_INDEX, identity)
     if requeued or buried:
@@ -219,6 +243,8 @@ class Sweeper(Component):
                 logger.warning("sweeper: Redis unavailable (%s)", exc)
             except redis.ResponseError as exc:
                 logger.warning("sweeper: Redis refused (%s)", exc)
+            except Exception:  # a bug or a hostile entry: the sweeper lives on to the next round
+                logger.exception("sweeper: unexpected error; sweeping again next round")
 
     def sweep(self) -> int:
         """Recover the lists of every process whose heartbeat has expired; returns jobs moved."""
@@ -243,7 +269,7 @@ class Sweeper(Component):
                     continue
                 requeued, buried = recover_list(self.client, owner)
                 moved += requeued + buried
-            ProcessSet.cleanup()  # as Sidekiq's Web UI does: dead identities leave ``processes``
+            prune_dead(self.client)  # as Sidekiq's Web UI does: dead identities leave ``processes``
         finally:
             if self.client.get(keys.SWEEP_LOCK) == token.encode():
                 self.client.delete(keys.SWEEP_LOCK)

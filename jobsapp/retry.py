@@ -1,6 +1,6 @@
 """Failure handling: what becomes of a job whose perform raised. Runs in the processor thread.
 
-Sidekiq's rules and fields (shared/DESIGN.md §2-3), decided here and written in one atomic step
+Sidekiq's rules and fields (docs/payload.md), decided here and written in one atomic step
 (``retry.lua``: file in ``retry`` or ``dead`` and remove from the in-flight list together):
 
 - ``retry: false``: no retry and no dead set (the job is just acknowledged and counted failed);
@@ -21,24 +21,23 @@ outcome. A hook or handler that raises is logged and never changes where the job
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
+import math
 import random
 import threading
-import traceback
-import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import import_string
 
-from . import faults, keys
+from . import faults, keys, scripts
 from .backoff import call_with_retry
 from .conf import jobs_settings
+from .error_fields import backtrace_lines, compress_backtrace, exception_class_name, safe_message
 from .middleware import notify
-from .payload import RECOVERED_KEY, now
-from .scripts import script
+from .outcomes import DeadReason, OutcomeKind
+from .payload import RECOVERED_KEY, Item, now
 
 if TYPE_CHECKING:
     import redis
@@ -48,75 +47,61 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("jobsapp.retry")
 
-Item = dict[str, Any]
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
-def safe_message(exception: BaseException) -> str:
-    """The exception's message, its class name when empty (Ruby's habit), or a placeholder when
-    its ``__str__`` itself fails: a broken exception must not break failure handling."""
+#: The longest retry delay taken from ``sidekiq_retry_in``: about 100 years.
+RETRY_DELAY_MAX_SECONDS = 100 * 365 * 24 * 3600.0
+
+
+def usable_delay_seconds(delay: Any) -> float | None:
+    """``sidekiq_retry_in``'s answer as seconds in 0..RETRY_DELAY_MAX_SECONDS, or None (use the
+    default backoff) when it is not a finite number: a NaN score would make Redis refuse the
+    filing, and a huge integer would overflow a float."""
+    if not isinstance(delay, (int, float)) or isinstance(delay, bool):
+        return None
     try:
-        text = str(exception)
-    except Exception:  # noqa: BLE001  # a user-defined __str__ that raises: the job still gets filed
-        return f"{type(exception).__name__} (its message could not be rendered)"
-    return text or type(exception).__name__
-
-
-def exception_class_name(exception: BaseException) -> str:
-    kind = type(exception)
-    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-
-
-def backtrace_lines(exception: BaseException) -> list[str]:
-    """Ruby-style lines (``path:line:in `name'``) so Sidekiq's Web UI shows them as it would its own."""
-    frames = traceback.extract_tb(exception.__traceback__)
-    return [f"{frame.filename}:{frame.lineno}:in `{frame.name}'" for frame in reversed(frames)]
-
-
-def compress_backtrace(lines: list[str]) -> str:
-    """Base64 (with Ruby's 60-column newlines) of zlib-deflated JSON, as Sidekiq 6.4 writes it."""
-    return base64.encodebytes(zlib.compress(_encoder.encode(lines).encode("utf-8"))).decode("ascii")
-
-
-#: The most a stored backtrace may inflate to when read: a hostile entry of a megabyte could
-#: otherwise inflate to a gigabyte in every page that lists it.
-BACKTRACE_MAX_INFLATED_BYTES = 1_000_000
-
-
-def inflate_backtrace(value: str) -> Any:
-    """Decode base64 + zlib + JSON, refusing (ValueError) past BACKTRACE_MAX_INFLATED_BYTES."""
-    inflater = zlib.decompressobj()
-    data = inflater.decompress(base64.b64decode(value), BACKTRACE_MAX_INFLATED_BYTES)
-    if inflater.unconsumed_tail:
-        raise ValueError(f"the backtrace inflates past {BACKTRACE_MAX_INFLATED_BYTES} bytes")
-    return json.loads(data)
-
-
-def decompress_backtrace(value: Any) -> list[str]:
-    """The lines of an ``error_backtrace`` field (compressed, or a plain list from old Sidekiqs)."""
-    if isinstance(value, list):
-        return [str(line) for line in value]
-    if not isinstance(value, str) or not value:
-        return []
-    try:
-        lines = inflate_backtrace(value)
-    except (ValueError, zlib.error):  # unreadable or oversized backtrace: none rather than a failed page
-        return []
-    return [str(line) for line in lines] if isinstance(lines, list) else []
+        seconds = float(delay)
+    except OverflowError:
+        return None
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), RETRY_DELAY_MAX_SECONDS)
 
 
 def default_delay_seconds(count: int, rng: random.Random) -> float:
     return float(count**4 + 15 + rng.randrange(10) * (count + 1))
 
 
+#: The largest retry limit or ``retry_count`` taken from a payload: past it a value is not a
+#: count another client meant (``10**200``), and Sidekiq's delay ``count**4`` would overflow.
+RETRY_LIMIT_MAX = 10_000
+
+
+def _is_whole_number(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def retry_limit(item: Item) -> int:
+    """How many retries the job allows. ``retry`` comes from any client: anything but a boolean
+    or a whole number in 0..RETRY_LIMIT_MAX (``"yes"``, null, ``10**200``, -1) means the default,
+    as Ruby's Sidekiq reads any other truthy value."""
     retry = item.get("retry", True)
-    if retry is True:
-        return int(jobs_settings.MAX_RETRIES)
     if retry is False:
         return 0
-    return int(retry)
+    if _is_whole_number(retry) and 0 <= retry <= RETRY_LIMIT_MAX:
+        return int(retry)
+    return int(jobs_settings.MAX_RETRIES)
+
+
+def previous_retry_count(item: Item) -> int | None:
+    """The payload's ``retry_count`` clamped to 0..RETRY_LIMIT_MAX, or None when it has none
+    usable (first failure)."""
+    count = item.get("retry_count")
+    if not isinstance(count, int) or isinstance(count, bool):
+        return None
+    return min(max(count, 0), RETRY_LIMIT_MAX)
 
 
 def with_error_fields(item: Item, exception: BaseException, timestamp: float) -> Item:
@@ -127,19 +112,20 @@ def with_error_fields(item: Item, exception: BaseException, timestamp: float) ->
     # Ruby's Exception#message is the class name when there is no message (MemoryError())
     failed["error_message"] = safe_message(exception)[:limit]
     failed["error_class"] = exception_class_name(exception)
-    if isinstance(failed.get("retry_count"), int) and not isinstance(failed.get("retry_count"), bool):
+    previous = previous_retry_count(failed)
+    if previous is not None:
         failed["retried_at"] = timestamp
-        failed["retry_count"] += 1
+        failed["retry_count"] = min(previous + 1, RETRY_LIMIT_MAX)
     else:
         failed["failed_at"] = timestamp
         failed["retry_count"] = 0
     backtrace = failed.get("backtrace")
     if backtrace:
         lines = backtrace_lines(exception)
-        if backtrace is not True and isinstance(backtrace, int):
-            lines = lines[:backtrace]
+        if backtrace is not True and _is_whole_number(backtrace):
+            lines = lines[: max(backtrace, 0)]
         failed["error_backtrace"] = compress_backtrace(lines)
-    if failed.get("retry_queue"):
+    if isinstance(failed.get("retry_queue"), str) and failed["retry_queue"]:
         failed["queue"] = failed["retry_queue"]
     return failed
 
@@ -150,9 +136,9 @@ def dead_trim_args(timestamp: float) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class Outcome:
-    """Where a failed job went: "retry", "dead", "discarded" (and "lost" when no longer ours)."""
+    """Where a failed job went (``OutcomeKind``), and why (a ``DeadReason`` for dead and discarded)."""
 
-    kind: str
+    kind: OutcomeKind
     reason: str = ""
     run_at: float | None = None
 
@@ -191,10 +177,16 @@ class RetryPolicy:
         member = _encoder.encode(item)
         return call_with_retry(
             lambda: bool(
-                script("retry")(
+                scripts.retry(
                     self.client,
-                    [self.inflight_key, target, keys.RECOVERIES],
-                    [unit.raw, repr(score), member, str(item.get("jid", "")), cutoff, maximum],
+                    inflight_key=self.inflight_key,
+                    target_set=target,
+                    raw=unit.raw,
+                    score=score,
+                    member=member,
+                    jid=str(item.get("jid", "")),
+                    dead_cutoff=cutoff,
+                    dead_max_jobs=maximum,
                 )
             ),
             what=f"filing a job in the {target} set",
@@ -202,14 +194,19 @@ class RetryPolicy:
             stop=self.stop,
         )
 
+    def file_scheduled(self, unit: UnitOfWork, item: Item, run_at: float) -> bool:
+        """Put a job back in the schedule set for ``run_at`` and acknowledge it, atomically: a job
+        over a limit (jobsapp.limiter), which is neither a failure nor a retry."""
+        return self._file(unit, keys.SCHEDULE, run_at, item, now())
+
     def handle(self, unit: UnitOfWork, item: Item, job_class: type[Job] | None, exception: BaseException) -> Outcome:
         """File the failed job; returns where it went. The caller acknowledges "discarded" jobs."""
         timestamp = now()
         call_error_handlers(exception, {"job": item, "queue": unit.queue})
         if item.get("retry", True) is False:
             call_death_handlers(item, exception)  # as Sidekiq 6.4 does for retry: false
-            notify("on_dead", job_class, item, exception, reason="retry_disabled")
-            return Outcome("discarded", "retry_disabled")
+            notify("on_dead", job_class, item, exception, reason=DeadReason.RETRY_DISABLED)
+            return Outcome(OutcomeKind.DISCARDED, DeadReason.RETRY_DISABLED)
         failed = with_error_fields(item, exception, timestamp)
         count = int(failed["retry_count"])
         limit = retry_limit(item)
@@ -221,26 +218,24 @@ class RetryPolicy:
                 except Exception:  # a broken custom delay falls back to the default backoff
                     logger.exception("%s.sidekiq_retry_in failed; using the default delay", job_class.__qualname__)
             if delay == "discard":
-                notify("on_dead", job_class, item, exception, reason="discarded")
-                return Outcome("discarded", "discarded")
+                notify("on_dead", job_class, item, exception, reason=DeadReason.DISCARDED)
+                return Outcome(OutcomeKind.DISCARDED, DeadReason.DISCARDED)
             if delay != "kill":
-                seconds = (
-                    float(delay)
-                    if isinstance(delay, (int, float)) and not isinstance(delay, bool)
-                    else default_delay_seconds(count, self.rng)
-                )
+                seconds = usable_delay_seconds(delay)
+                if seconds is None:
+                    seconds = default_delay_seconds(count, self.rng)
                 run_at = timestamp + seconds
                 if faults.POINT:
                     faults.reach("during_retry_write")
                 if not self._file(unit, keys.RETRY, run_at, failed, timestamp):
-                    return Outcome("lost", "no longer in flight")
+                    return Outcome(OutcomeKind.LOST, "no longer in flight")
                 if faults.POINT:
                     faults.reach("after_retry_write")
                 notify("on_retry", job_class, failed, exception, retry_count=count, retry_limit=limit, run_at=run_at)
-                return Outcome("retry", run_at=run_at)
-            reason = "killed"
+                return Outcome(OutcomeKind.RETRY, run_at=run_at)
+            reason = DeadReason.KILLED
         else:
-            reason = "retries_exhausted"
+            reason = DeadReason.RETRIES_EXHAUSTED
         if job_class is not None:
             try:
                 job_class.sidekiq_retries_exhausted(failed, exception)
@@ -249,19 +244,19 @@ class RetryPolicy:
         if failed.get("dead", True) is False:
             call_death_handlers(failed, exception)  # as Sidekiq 6.4 does for dead: false
             notify("on_dead", job_class, failed, exception, reason=reason)
-            return Outcome("discarded", reason)
+            return Outcome(OutcomeKind.DISCARDED, reason)
         if not self._file(unit, keys.DEAD, timestamp, failed, timestamp):
-            return Outcome("lost", "no longer in flight")
+            return Outcome(OutcomeKind.LOST, "no longer in flight")
         call_death_handlers(failed, exception)
         notify("on_dead", job_class, failed, exception, reason=reason)
-        return Outcome("dead", reason)
+        return Outcome(OutcomeKind.DEAD, reason)
 
-    def bury(self, unit: UnitOfWork, item: Item, exception: BaseException, *, reason: str) -> Outcome:
+    def bury(self, unit: UnitOfWork, item: Item, exception: BaseException, *, reason: DeadReason) -> Outcome:
         """Straight to the dead set without retries: unknown classes, malformed or poison jobs."""
         timestamp = now()
         failed = with_error_fields(item, exception, timestamp)
         if not self._file(unit, keys.DEAD, timestamp, failed, timestamp):
-            return Outcome("lost", "no longer in flight")
+            return Outcome(OutcomeKind.LOST, "no longer in flight")
         call_death_handlers(failed, exception)
         notify("on_dead", None, failed, exception, reason=reason)
-        return Outcome("dead", reason)
+        return Outcome(OutcomeKind.DEAD, reason)

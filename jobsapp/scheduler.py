@@ -1,35 +1,84 @@
 """The scheduler: moves due jobs from ``schedule`` and ``retry`` into their queues.
 
-Thread ``jobsapp.scheduler``, one per worker process. Each move is ``schedule_move.lua``: the
-due jobs are removed from the set and pushed onto their queue in one atomic script (with a
-fresh ``enqueued_at``), so a crash loses nothing and, however many processes poll, each job is
-enqueued exactly once. "Due" is judged by the Redis server's clock.
+Thread ``jobsapp.scheduler``, one per worker process. "Due" is judged by the Redis server's
+clock (``TIME``). Each poll reads the members due now (or within the next poll) with a plain
+``ZRANGEBYSCORE``; the JSON work (the job's queue, a fresh ``enqueued_at``) is done here in
+Python, never in Lua; then ``schedule_move.lua`` removes each job from its set and pushes it
+onto its queue in one atomic script, so a crash loses nothing and, however many processes poll,
+each job is enqueued exactly once (only the caller whose ZREM succeeds pushes it).
 
-Sidekiq polls every ~5 s on average, so its jobs start 2.5-7.5 s late. This scheduler asks the
-script for the earliest remaining score and sleeps exactly until then when that is sooner than
-its poll interval (1 s by default, jittered ±25% so processes do not poll in lockstep): a job
-known at the last poll starts within milliseconds of its due time. The sleep is computed from
-the server's clock, so a skewed local clock does not shift it.
+Redis is single-threaded, so nothing here may hold it long whatever the jobs' size: each script
+call carries at most ``MOVE_BUDGET_BYTES`` of jobs (at least one job), and the number of
+members read per round trip adapts to their size (doubling from 1 up to ``MOVE_BATCH`` while a
+batch stays under the budget, halving when it exceeds it), so 100 due jobs of 1 MB are moved
+one or two per call instead of in one 100 MB call that held Redis for seconds.
+
+Sidekiq polls every ~5 s on average, so its jobs start 2.5-7.5 s late. This scheduler looks one
+poll ahead and sleeps exactly until the next due job when that is sooner than its poll interval
+(1 s by default, jittered ±25% so processes do not poll in lockstep): a job known at the last
+poll starts within milliseconds of its due time. The sleep is computed from the server's clock,
+so a skewed local clock does not shift it.
+
+A member that is not a JSON job object (another client's garbage) is pushed as it is onto the
+default queue, where the worker files it in the dead set as malformed.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from typing import cast
 
 import redis
 
-from . import faults, keys
+from . import faults, keys, scripts
 from .backoff import Backoff
 from .component import Component
 from .conf import jobs_settings
-from .connection import CONNECTION_ERRORS
-from .scripts import script
+from .connection import CONNECTION_ERRORS, as_bytes
+from .payload import decode, encode_unchecked
 
 logger = logging.getLogger("jobsapp.scheduler")
 
-#: Jobs moved per script call; a full batch means "call again at once".
+#: The most jobs read per round trip; a full batch of due jobs means "read again at once".
 MOVE_BATCH = 100
+#: The most bytes of jobs (as stored plus as pushed) one schedule_move.lua call carries, at
+#: least one job: Redis copies them while it runs the script, and nothing else runs meanwhile.
+MOVE_BUDGET_BYTES = 1_000_000
+
+
+def queue_and_payload(member: bytes, *, enqueued_at: float, default_queue: str) -> tuple[str, bytes]:
+    """The queue a due job goes to and the payload to push there: the job with ``enqueued_at``
+    set (as Sidekiq's client sets it), or the member as it is when it is not a JSON job."""
+    try:
+        item = decode(member)
+    except ValueError:  # not a job: the worker sends it to the dead set with the reason
+        return default_queue, member
+    queue = item.get("queue")
+    queue = queue if isinstance(queue, str) and queue else default_queue
+    item["enqueued_at"] = enqueued_at
+    try:
+        return queue, encode_unchecked(item)
+    except ValueError:  # Infinity or the like from a foreign client: pushed unchanged
+        return queue, member
+
+
+def budget_chunks(moves: list[tuple[bytes, str, bytes]], budget_bytes: int) -> list[list[tuple[bytes, str, bytes]]]:
+    """Split moves (member, queue, payload) into script calls of at most ``budget_bytes`` each
+    (a move bigger than the budget goes alone)."""
+    chunks: list[list[tuple[bytes, str, bytes]]] = []
+    current: list[tuple[bytes, str, bytes]] = []
+    size = 0
+    for move in moves:
+        move_bytes = len(move[0]) + len(move[2])
+        if current and size + move_bytes > budget_bytes:
+            chunks.append(current)
+            current, size = [], 0
+        current.append(move)
+        size += move_bytes
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 class Scheduler(Component):
@@ -40,25 +89,59 @@ class Scheduler(Component):
         self.client = client
         self.poll_interval_seconds = poll_interval_seconds
         self.rng = rng or random.Random()
+        # members read per round trip, per set: adapts to the jobs' size (see the header)
+        self._batch_sizes: dict[str, int] = {keys.SCHEDULE: 1, keys.RETRY: 1}
 
-    def enqueue_due(self) -> tuple[int, float | None]:
-        """Move every due job; returns (moved, seconds until the next one is due or None)."""
-        move = script("schedule_move")
+    def _server_now(self) -> float:
+        seconds, microseconds = self.client.time()
+        return int(seconds) + int(microseconds) / 1_000_000
+
+    def _adapt(self, set_key: str, read: int, read_bytes: int) -> None:
+        size = self._batch_sizes[set_key]
+        if read_bytes > MOVE_BUDGET_BYTES:
+            self._batch_sizes[set_key] = max(1, size // 2)
+        elif read == size and read_bytes * 2 <= MOVE_BUDGET_BYTES:
+            self._batch_sizes[set_key] = min(MOVE_BATCH, size * 2)
+
+    def _move(self, set_key: str, members: list[bytes], *, now: float) -> int:
+        default_queue = str(jobs_settings.DEFAULT_QUEUE)
+        moves = []
+        for member in members:
+            queue, payload = queue_and_payload(member, enqueued_at=now, default_queue=default_queue)
+            moves.append((member, queue, payload))
+        moved = 0
+        for chunk in budget_chunks(moves, MOVE_BUDGET_BYTES):
+            moved += int(scripts.schedule_move(self.client, set_key=set_key, moves=chunk))
+        return moved
+
+    def enqueue_due(self, *, horizon_seconds: float | None = None) -> tuple[int, float | None]:
+        """Move every due job; returns (moved, seconds until the next job is due, or None when
+        none is due within ``horizon_seconds``, by default the longest poll interval)."""
+        horizon = self.poll_interval_seconds * 1.25 if horizon_seconds is None else horizon_seconds
         moved = 0
         wait: float | None = None
         for set_key in (keys.SCHEDULE, keys.RETRY):
             while True:
-                count, next_score, server_now = move(
-                    self.client, [set_key, keys.QUEUES], [MOVE_BATCH, "queue:", jobs_settings.DEFAULT_QUEUE]
+                now = self._server_now()
+                batch = self._batch_sizes[set_key]
+                replies = cast(
+                    "list[tuple[bytes, float]]",
+                    self.client.zrangebyscore(set_key, "-inf", repr(now + horizon), start=0, num=batch, withscores=True),
                 )
-                moved += int(count)
-                if faults.POINT and int(count):
-                    faults.reach("during_scheduler_move")
-                if int(count) < MOVE_BATCH:
+                members = [(as_bytes(member), float(score)) for member, score in replies]
+                self._adapt(set_key, len(members), sum(len(member) for member, _ in members))
+                due = [member for member, score in members if score <= now]
+                if due:
+                    count = self._move(set_key, due, now=now)
+                    moved += count
+                    if faults.POINT and count:
+                        faults.reach("during_scheduler_move")
+                if len(due) < len(members):  # the earliest job not yet due: sleep until it is
+                    until = min(score for _, score in members if score > now) - now
+                    wait = until if wait is None else min(wait, until)
                     break
-            if next_score:
-                until = float(next_score) - float(server_now)
-                wait = until if wait is None else min(wait, until)
+                if len(members) < batch:
+                    break
         return moved, wait
 
     def _run(self) -> None:
@@ -73,6 +156,10 @@ class Scheduler(Component):
                 continue
             except redis.ResponseError as exc:
                 logger.warning("scheduler: Redis refused the move (%s)", exc)
+                self._stop.wait(backoff.next_delay())
+                continue
+            except Exception:  # a bug or a hostile entry: the thread lives on; each move is atomic
+                logger.exception("scheduler: unexpected error; retrying with backoff")
                 self._stop.wait(backoff.next_delay())
                 continue
             backoff.reset()

@@ -5,10 +5,16 @@ value and the cost. ``script("fetch")`` returns a runner bound to nothing: pass 
 pipeline) on each call, so the same runner serves every thread, the fetcher's blocking connection
 and pipelines alike. A NOSCRIPT reply (a restarted or flushed server) reloads the script
 transparently; redis-py's Script object does that for us.
+
+Below the loader, one keyword-only function per script, same name as its file: the only place
+that turns arguments into KEYS and ARGV (in the order of the script's header), with key names
+from ``keys.py``. A wrong ARGV order writes wrong bytes and Redis does not complain, so no other
+module builds them.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import Sequence
 from functools import cache
@@ -17,6 +23,8 @@ from typing import Any
 
 import redis
 from redis.commands.core import Script
+
+from . import keys
 
 LUA_DIRECTORY = Path(__file__).resolve().parent / "lua"
 
@@ -55,3 +63,200 @@ def script(name: str) -> Runner:
         with _lock:
             runner = _runners.setdefault(name, Runner(name))
     return runner
+
+
+#: A client or a pipeline: every function below takes either (a pipeline queues the call).
+Client = redis.Redis | redis.client.Pipeline
+
+
+def retry(
+    client: Client,
+    *,
+    inflight_key: str,
+    target_set: str,
+    raw: bytes,
+    score: float,
+    member: str | bytes,
+    jid: str,
+    dead_cutoff: str = "",
+    dead_max_jobs: int = 0,
+) -> Any:
+    """``retry.lua``: file a failed job in ``target_set`` (``keys.RETRY`` or ``keys.DEAD``, trimmed
+    by ``dead_cutoff``/``dead_max_jobs``) and un-flight it; 1 when filed, 0 when no longer in flight."""
+    return script("retry")(client, [inflight_key, target_set, keys.RECOVERIES], [raw, repr(score), member, jid, dead_cutoff, dead_max_jobs])
+
+
+def recover_requeue(client: Client, *, inflight_key: str, raw: bytes, queue: str, jid: str, marked: bytes, blamed: bool) -> Any:
+    """``recover_requeue.lua``: a dead process's in-flight job back on ``queue`` (``marked`` pushed
+    instead of ``raw`` when not empty); the recovery count, or 0 when it was gone."""
+    return script("recover_requeue")(
+        client, [inflight_key, keys.queue(queue), keys.QUEUES, keys.RECOVERIES], [raw, queue, jid, marked, 1 if blamed else 0]
+    )
+
+
+def recover_bury(
+    client: Client, *, inflight_key: str, raw: bytes, member: str, jid: str, died_at: float, dead_cutoff: str, dead_max_jobs: int
+) -> Any:
+    """``recover_bury.lua``: a dead process's in-flight job into the dead set as ``member``; -1, or
+    0 when it was gone."""
+    return script("recover_bury")(
+        client, [inflight_key, keys.DEAD, keys.RECOVERIES], [raw, member, jid, repr(died_at), dead_cutoff, dead_max_jobs]
+    )
+
+
+def schedule_move(client: Client, *, set_key: str, moves: Sequence[tuple[bytes, str, bytes | str]]) -> Any:
+    """``schedule_move.lua``: move due ``(member, queue, payload)`` entries of ``set_key``
+    (``keys.SCHEDULE`` or ``keys.RETRY``) to their queues; how many this call moved."""
+    return script("schedule_move")(
+        client,
+        [set_key, keys.QUEUES, *[keys.queue(queue) for _, queue, _ in moves]],
+        [len(moves), *[member for member, _, _ in moves], *[payload for _, _, payload in moves], *[queue for _, queue, _ in moves]],
+    )
+
+
+def unique_push(client: Client, *, lock_key: str, ttl_ms: int, jid: str, data: bytes | str, queue: str, at: float | None) -> Any:
+    """``unique_push.lua``: take a unique job's lock and push it (to ``schedule`` when ``at`` is
+    given, else to ``queue``); 1 when pushed, 0 when refused."""
+    target = keys.SCHEDULE if at is not None else keys.queue(queue)
+    return script("unique_push")(
+        client, [lock_key, keys.QUEUES, target], [jid, ttl_ms, data, "" if at is not None else queue, "" if at is None else repr(at)]
+    )
+
+
+def unique_release(client: Client, *, digest: str, jid: str) -> Any:
+    """``unique_release.lua``: drop the unique lock ``digest`` if ``jid`` holds it; 1 or 0."""
+    return script("unique_release")(client, [keys.unique_lock(digest)], [jid])
+
+
+def limiter_concurrent(client: Client, *, name: str, token: str, size: int, lock_timeout_seconds: float) -> Any:
+    """``limiter_concurrent.lua``: take one of ``size`` slots; {1, server time} or {0, wait seconds}."""
+    return script("limiter_concurrent")(client, [keys.limiter_holders(name), keys.limiter(name)], [token, size, repr(lock_timeout_seconds)])
+
+
+def limiter_window(client: Client, *, name: str, token: str, count: int, per_seconds: float) -> Any:
+    """``limiter_window.lua``: admit ``count`` per sliding ``per_seconds``; {1, time} or {0, wait seconds}."""
+    return script("limiter_window")(client, [keys.limiter_holders(name), keys.limiter(name)], [token, count, repr(per_seconds)])
+
+
+def limiter_bucket(client: Client, *, name: str, count: int, per_seconds: float) -> Any:
+    """``limiter_bucket.lua``: admit ``count`` per fixed ``per_seconds`` interval; {1, time} or {0, wait seconds}."""
+    return script("limiter_bucket")(client, [keys.limiter(name)], [count, repr(per_seconds)])
+
+
+def api_move_to_queue(client: Client, *, set_key: str, member: bytes, queue: str, data: bytes | str) -> Any:
+    """``api_move_to_queue.lua``: move ``member`` of ``set_key`` to ``queue`` as ``data``; 1 or 0."""
+    return script("api_move_to_queue")(client, [set_key, keys.QUEUES, keys.queue(queue)], [member, queue, data])
+
+
+def api_kill(client: Client, *, set_key: str, member: bytes, now: float, oldest_kept: float, dead_max_jobs: int) -> Any:
+    """``api_kill.lua``: move ``member`` of ``set_key`` to the dead set, trimmed; 1 or 0."""
+    return script("api_kill")(client, [set_key, keys.DEAD], [member, repr(now), repr(oldest_kept), dead_max_jobs])
+
+
+def periodic_claim(
+    client: Client,
+    *,
+    name: str,
+    queue: str,
+    tick: int,
+    tick_iso: str,
+    tick_ruby: str,
+    data: str,
+    jid: str,
+    missed: str,
+    missed_after_seconds: int,
+    jid_history_size: int,
+) -> Any:
+    """``periodic_claim.lua``: claim ``tick`` of periodic job ``name`` and push ``data`` to
+    ``queue`` for exactly one caller; {1 or 0, outcome}."""
+    return script("periodic_claim")(
+        client,
+        [keys.cron_job(name), keys.cron_job_enqueued(name), keys.cron_job_jid_history(name), keys.QUEUES, keys.queue(queue)],
+        [tick, tick_iso, data, queue, jid, missed, missed_after_seconds, jid_history_size, tick_ruby],
+    )
+
+
+def batch_update(
+    client: Client,
+    *,
+    bid: str,
+    event: str,
+    jid: str,
+    complete_queue: str,
+    success_queue: str,
+    complete_jid: str,
+    success_jid: str,
+    ttl_seconds: int,
+) -> Any:
+    """``batch_update.lua``: count ``event`` for batch ``bid`` and push its callbacks (to
+    ``complete_queue`` / ``success_queue``, '' when none) once; {pending, fired}."""
+    return script("batch_update")(
+        client,
+        [
+            keys.batch(bid),
+            keys.batch_failed(bid),
+            keys.QUEUES,
+            keys.queue(complete_queue) if complete_queue else "",
+            keys.queue(success_queue) if success_queue else "",
+        ],
+        [event, jid, bid, complete_jid, success_jid, ttl_seconds],
+    )
+
+
+def result_write(client: Client, *, now: float, changes: Sequence[tuple[str, float, str, dict[str, str]]]) -> Any:
+    """``result_write.lua``: apply ``(jid, ttl_seconds, kind, fields)`` record changes in order
+    (kind: "start", "update" or "finish"); how many were applied."""
+    script_keys = [keys.RESULTS]
+    script_args: list[str] = [repr(now)]
+    for jid, ttl_seconds, kind, fields in changes:
+        script_keys.append(keys.result(jid))
+        script_args += [jid, repr(float(ttl_seconds)), kind, str(len(fields))]
+        for field_name, value in fields.items():
+            script_args += [field_name, value]
+    return script("result_write")(client, script_keys, script_args)
+
+
+def fetch(client: Client, *, inflight_key: str, queue_names: Sequence[str], count: int) -> Any:
+    """``fetch.lua``: move up to ``count`` jobs from ``queue_names`` (in that order, skipping
+    paused ones) to ``inflight_key``; {{position, raw, ...}, {paused positions}}."""
+    return script("fetch")(client, [inflight_key, keys.PAUSED, *[keys.queue(name) for name in queue_names]], [count, *queue_names])
+
+
+def ack(
+    client: Client,
+    *,
+    inflight_key: str,
+    raws: Sequence[bytes],
+    jids: Sequence[str],
+    processed: int,
+    failed: int,
+    today: dt.date,
+    daily_ttl_seconds: int,
+    token_key: str = "",
+    token: str = "",
+) -> Any:
+    """``ack.lua``: remove ``raws`` from ``inflight_key`` and count them (once per ``token``);
+    how many were still in flight."""
+    return script("ack")(
+        client,
+        [
+            inflight_key,
+            keys.RECOVERIES,
+            keys.STAT_PROCESSED,
+            keys.stat_processed_daily(today),
+            keys.STAT_FAILED,
+            keys.stat_failed_daily(today),
+            token_key,
+        ],
+        [processed, failed, daily_ttl_seconds, len(raws), *raws, *jids, token],
+    )
+
+
+def requeue(client: Client, *, inflight_key: str, jobs: Sequence[tuple[bytes, str]]) -> Any:
+    """``requeue.lua``: put ``(raw, queue)`` jobs back at the front of their queues ('' in-flight
+    key: unconditionally); how many were put back."""
+    return script("requeue")(
+        client,
+        [inflight_key, keys.QUEUES, *[keys.queue(queue) for _, queue in jobs]],
+        [*[raw for raw, _ in jobs], *[queue for _, queue in jobs]],
+    )

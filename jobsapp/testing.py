@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import client, registry
 from .middleware import run_server_chain
+from .payload import Item
 
 if TYPE_CHECKING:
     from .job import Job
 
-Item = dict[str, Any]
 
 _lock = threading.RLock()
 _queued: dict[str, list[Item]] = defaultdict(list)

@@ -17,8 +17,12 @@ urlpatterns = [
     path("busy/", pages.busy, name="busy"),
     path("jobs/<str:jid>/", pages.job, name="job"),
     path("sets/<slug:slug>/", pages.job_set, name="job_set"),
+    path("completed/", pages.completed, name="completed"),
+    path("periodic/", pages.periodic, name="periodic"),
+    path("limits/", pages.limits, name="limits"),
     path("actions/queue", actions.queue_action, name="queue_action"),
     path("actions/process", actions.process_action, name="process_action"),
     path("actions/sets/<slug:slug>", actions.set_action, name="set_action"),
+    path("actions/periodic", actions.periodic_action, name="periodic_action"),
     path("metrics", metrics.metrics, name="metrics"),
 ]

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -25,15 +26,14 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, *, port: int | None = None, password: str | None = None) -> None:
+    def __init__(self, *, port: int | None = None, password: str | None = None, extra_args: Sequence[str] = ()) -> None:
         executable = shutil.which("redis-server")
         if executable is None:
-            raise RuntimeError(
-                "redis-server is not on PATH: install Redis >= 6.2 (Debian: apt-get install redis-server)"
-            )
+            raise RuntimeError("redis-server is not on PATH: install Redis >= 6.2 (Debian: apt-get install redis-server)")
         self.executable = executable
         self.port = port or free_port()
         self.password = password
+        self.extra_args = list(extra_args)  # more redis-server options, e.g. ["--replicaof", host, port]
         self.directory = Path(tempfile.mkdtemp(prefix="jobsapp-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -45,16 +45,24 @@ class RedisServer:
     def start(self) -> RedisServer:
         command = [
             self.executable,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(self.directory),
-            "--logfile", str(self.directory / "redis.log"),
-            "--maxmemory-policy", "noeviction",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.directory),
+            "--logfile",
+            str(self.directory / "redis.log"),
+            "--maxmemory-policy",
+            "noeviction",
         ]
         if self.password:
             command += ["--requirepass", self.password]
+        command += self.extra_args
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         client = self.client()

@@ -10,13 +10,17 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
 # JSON (e.g. short heartbeat and sweep intervals), so a test can wait seconds instead of minutes.
 import json as _json  # noqa: E402
 import os as _os  # noqa: E402
+from typing import Any as _Any  # noqa: E402
 
 from project.settings import JOBSAPP as _JOBSAPP  # noqa: E402
 
 # The engine's own tests run without the tracking middleware (tracking's tests add it, and pass
 # it to the workers they start through JOBSAPP_TEST_OVERRIDES).
+# runworkers without -P runs one process here (the default is one per CPU), as tests expect
+_ONE_PROCESS: _Any = {"PROCESSES": 1}
 JOBSAPP = {
     **_JOBSAPP,
+    **_ONE_PROCESS,
     "CLIENT_MIDDLEWARE": [],
     "SERVER_MIDDLEWARE": [],
     **_json.loads(_os.environ.get("JOBSAPP_TEST_OVERRIDES", "{}")),
@@ -41,3 +45,13 @@ CACHES = {
         "LOCATION": _os.environ.get("REDIS_URL", "redis://127.0.0.1:1/0"),
     },
 }
+# A django-redis Sentinel alias for the worker subprocesses that test Sentinel through a cache
+# alias: $JOBSAPP_TEST_SENTINEL_CACHE is the JSON of the CACHES entry.
+if _os.environ.get("JOBSAPP_TEST_SENTINEL_CACHE"):
+    CACHES["jobs-sentinel"] = _json.loads(_os.environ["JOBSAPP_TEST_SENTINEL_CACHE"])
+
+# django.tasks (Django 6.0+) on the engine: tests/testapp/tasks.py defines the tasks.
+import django as _django  # noqa: E402
+
+if _django.VERSION >= (6, 0):
+    TASKS = {"default": {"BACKEND": "jobsapp.django_tasks.JobsBackend", "QUEUES": ["default", "critical"]}}

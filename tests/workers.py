@@ -155,8 +155,7 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self._kill_group()
             raise RuntimeError(
-                f"runworkers did not exit within {self.stop_timeout_seconds:g} s of SIGTERM; "
-                f"output:\n{self.output[-4000:]}"
+                f"runworkers did not exit within {self.stop_timeout_seconds:g} s of SIGTERM; output:\n{self.output[-4000:]}"
             ) from None
         self._kill_group()  # children a crashed supervisor left behind
         self._close()
@@ -174,9 +173,7 @@ class WorkerProcess:
     def __enter__(self) -> WorkerProcess:
         return self.start()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None) -> None:
         try:
             self.stop()
         except RuntimeError:

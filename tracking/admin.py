@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from jobsapp import RedisUnavailable
@@ -53,7 +54,7 @@ class ProblemEventInline(admin.TabularInline):
     model = Event
     verbose_name = "failed or errored job"
     verbose_name_plural = "failed and errored jobs"
-    fields = ["job_id", "status", "is_final", "attempts", "params_json", "message_list", "updated_at"]
+    fields = ("job_id", "status", "is_final", "attempts", "params_json", "message_list", "updated_at")
     readonly_fields = fields
     extra = 0
     max_num = 0
@@ -74,10 +75,11 @@ class ProblemEventInline(admin.TabularInline):
 
 @admin.register(Task)
 class TaskAdmin(admin.ModelAdmin):
-    list_display = [
-        "id", "name", "owner", "status_label", "progress_bar", "total",
-        "enqueue_count", "working_count", "finish_count", "failed_count", "error_count", "created_at",
-    ]  # fmt: skip
+    # Fits a 1280 px screen beside the admin's navigation and filter columns: the id shortened
+    # (the full one is its link and tooltip), the owner under the name, the status over the bar,
+    # the five counts in one stacked column (tests/tracking/test_admin.py measures it in Chromium).
+    list_display = ["short_id", "task_and_owner", "status_and_progress", "jobs_summary", "created"]
+    list_display_links = ["short_id"]
     list_filter = [TaskStatusFilter, "owner", "created_at"]
     search_fields = ["=id", "name"]
     list_select_related = ["owner"]
@@ -85,6 +87,7 @@ class TaskAdmin(admin.ModelAdmin):
     readonly_fields = [
         "id", "name", "owner", "status_label", "progress_bar", "total", "enqueue_count", "working_count",
         "finish_count", "failed_count", "error_count", "settled_count", "then_class", "then_args", "then_queued",
+        "on_complete_class", "complete_fired", "on_success_class", "success_fired",
         "created_at", "updated_at", "started_at", "finished_at",
     ]  # fmt: skip
     exclude = ["revision"]
@@ -93,6 +96,34 @@ class TaskAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
         return super().get_queryset(request).with_counts()  # type: ignore[attr-defined]
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, task: Task) -> str:
+        return format_html("<span title='{}'>{}…</span>", task.pk, str(task.pk)[:8])
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, task: Task) -> str:
+        return format_html("{}<br>{}", *timezone.localtime(task.created_at).strftime("%Y-%m-%d %H:%M:%S").split(" "))
+
+    @admin.display(description="task", ordering="name")
+    def task_and_owner(self, task: Task) -> str:
+        return format_html("{}<br><small>{}</small>", task.name, task.owner if task.owner_id else "no owner")
+
+    @admin.display(description="status")
+    def status_and_progress(self, task: Task) -> str:
+        return format_html("{}<br>{}", task.status, self.progress_bar(task))
+
+    @admin.display(description="jobs")
+    def jobs_summary(self, task: Task) -> str:
+        counts = task.counts
+        problems = counts["failed"] + counts["error"]
+        return format_html(
+            "<span style='white-space:nowrap'>{} / {} settled</span><br>"
+            "<small style='white-space:nowrap'>{} waiting · {} working</small><br>"
+            "<small style='white-space:nowrap'>{} done · <span style='color:{}'>{} failed · {} errors</span></small>",
+            f"{task.settled_count:,}", f"{task.total:,}", f"{counts['enqueue']:,}", f"{counts['working']:,}", f"{counts['finish']:,}",
+            "#d9822b" if problems else "inherit", f"{counts['failed']:,}", f"{counts['error']:,}",
+        )  # fmt: skip
 
     @admin.display(description="enqueue")
     def enqueue_count(self, task: Task) -> int:
@@ -130,7 +161,7 @@ class TaskAdmin(admin.ModelAdmin):
         percent = round(task.progress * 100, 1)
         failed = task.counts["failed"] + task.counts["error"]
         return format_html(
-            "<div title='{}% settled, {} failed or errored' style='width:8em;height:.9em;background:#eee;"
+            "<div title='{}% settled, {} failed or errored' style='width:6em;height:.9em;background:#eee;"
             "border-radius:3px;overflow:hidden'><div style='width:{}%;height:100%;background:{}'></div></div>",
             percent, failed, percent, "#d9822b" if failed else "#3a7bd5",
         )  # fmt: skip

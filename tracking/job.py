@@ -29,5 +29,8 @@ class TrackedJob(Job):
             self.task_event.add_message(message)
 
     def report_progress(self, done: int, total: int, *, unit: str = "item") -> None:
-        """Append "item 3,412 of 10,000" style progress."""
+        """Append "item 3,412 of 10,000" style progress; while the job runs, ``done / total`` of it
+        counts toward its task's progress bar."""
+        if self.task_event is not None:
+            self.task_event.next_message_reports(done, total)
         self.add_message(f"{unit} {done:,} of {total:,}")

@@ -19,25 +19,31 @@ the reason (the caller's transaction is committed by then), and RedisUnavailable
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Sequence
 from contextvars import ContextVar
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
-from jobsapp import RedisUnavailable, client, registry
-from jobsapp.payload import check_json_native, new_jid
+from jobsapp import RedisUnavailable, client
+from jobsapp.client import Item, check_json_native, new_jid
 
 from .conf import tracking_settings
 from .models import Event, Task, TaskCounter
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from jobsapp import Job
 
-Item = dict[str, Any]
+logger = logging.getLogger("tracking.launching")
+
 #: (jid, args, kwargs or None) of one recorded job.
 RecordedJob = tuple[str, list[Any], dict[str, Any] | None]
 
@@ -75,8 +81,8 @@ def recorded_jid_for(item: Item) -> str | None:
 
 def _template(wire_name: str, task_id: str, queue: str) -> tuple[type[Job] | None, Item]:
     """A Sidekiq item template for ``wire_name`` with the class's options, as ``Job.set`` builds it."""
-    if registry.is_registered(wire_name):
-        job_class = registry.lookup(wire_name)
+    job_class = client.job_class_named(wire_name)
+    if job_class is not None:
         options = job_class.get_sidekiq_options()
         options.pop("class_name", None)
         return job_class, {**options, "class": wire_name, "use_task_event": True, "task_id": task_id}
@@ -129,16 +135,25 @@ def launch(
     name: str | None = None,
     then: type[Job] | None = None,
     then_args: Sequence[Any] | None = None,
+    on_complete: type[Job] | None = None,
+    on_success: type[Job] | None = None,
     batch_size: int = 1000,
 ) -> Task:
     """Create a task of ``len(args_list)`` jobs of ``job_class`` for ``owner`` and push them after commit.
 
     ``then`` is a job pushed into the same task once every other job has settled (an export's
-    assembly step); the task finishes when that job does. Arguments must be JSON-native: they are
-    checked before anything is written.
+    assembly step); the task finishes when that job does. ``on_complete`` and ``on_success`` are
+    batch callbacks (``fire_callbacks``): pushed with ``(task_id, counts)`` when the task finishes.
+    Arguments must be JSON-native: they are checked before anything is written.
     """
     from . import recorder
+    from .checks import missing_middlewares
 
+    missing = [line for line in missing_middlewares() if "CLIENT_MIDDLEWARE" in line]
+    if missing:  # nothing written: without it every job would be recorded as "not enqueued"
+        raise ImproperlyConfigured(
+            "Task.objects.launch needs the tracking client middleware (system check tracking.E001): add " + "; ".join(missing)
+        )
     jobs_args = [list(args) for args in args_list]
     check_json_native(jobs_args, "args_list")
     check_json_native(list(then_args or []), "then_args")
@@ -153,32 +168,120 @@ def launch(
             total=len(jobs),
             then_class=then.wire_name() if then is not None else "",
             then_args=list(then_args or []),
+            on_complete_class=_callback_name(on_complete, "on_complete"),
+            on_success_class=_callback_name(on_success, "on_success"),
             created_at=timestamp,
             updated_at=timestamp,
             finished_at=timestamp if not jobs and then is None else None,
         )
         TaskCounter.objects.create(task=task, shard=recorder.ENQUEUE_SHARD, enqueue=len(jobs), updated_at=timestamp)
-        Event.objects.bulk_create(
-            [
-                Event(
-                    job_id=job_id,
-                    task=task,
-                    job_class=wire_name,
-                    queue=queue,
-                    params={"args": args},
-                    created_at=timestamp,
-                    updated_at=timestamp,
-                )
-                for job_id, args, _ in jobs
-            ],
-            batch_size=tracking_settings.LAUNCH_BATCH_SIZE,
-        )
+        _create_events(task.pk, wire_name, queue, jobs, timestamp)
         if jobs:
             transaction.on_commit(partial(push_recorded, task.pk, wire_name, jobs, queue=queue, batch_size=batch_size))
         elif then is not None:
             recorder.queue_follow_up(task.pk, now=timestamp)
+        else:
+            fire_callbacks(task.pk)
     task.refresh_from_db()
     return task
+
+
+def _create_events(task_id: str, wire_name: str, queue: str, jobs: Sequence[RecordedJob], timestamp: datetime) -> None:
+    """One ``enqueue`` event per job of the task, in batches of ``LAUNCH_BATCH_SIZE`` rows."""
+    Event.objects.bulk_create(
+        [
+            Event(
+                job_id=job_id,
+                task_id=task_id,
+                job_class=wire_name,
+                queue=queue,
+                params={"args": args},
+                created_at=timestamp,
+                updated_at=timestamp,
+            )
+            for job_id, args, _ in jobs
+        ],
+        batch_size=tracking_settings.LAUNCH_BATCH_SIZE,
+    )
+
+
+def _callback_name(job_class: type[Job] | None, what: str) -> str:
+    from jobsapp import Job
+
+    if job_class is None:
+        return ""
+    if not (isinstance(job_class, type) and issubclass(job_class, Job)):
+        raise TypeError(f"{what} must be a Job class, not {job_class!r}")
+    return job_class.wire_name()
+
+
+def fire_callbacks(task_id: str) -> None:
+    """The batch callbacks of a task that just finished, in the transaction that finished it.
+
+    ``on_complete`` fires the first time the task finishes, whatever its jobs' outcomes;
+    ``on_success`` the first time it finishes with no failed and no errored job (a task whose
+    errored jobs are retried and then succeed fires it then). Each is claimed by a conditional
+    UPDATE, so of any number of racing finishers one pushes it, once, after commit, with the
+    arguments ``(task_id, {"total", "finish", "failed", "error"})``.
+    """
+    row = Task.objects.filter(pk=task_id).values_list("on_complete_class", "on_success_class", "complete_fired", "success_fired").first()
+    if row is None or not (row[0] or row[1]):
+        return
+    on_complete, on_success, complete_fired, success_fired = row
+    task = Task.objects.get(pk=task_id)
+    counts = task.counts
+    summary = {"total": task.total, "finish": counts["finish"], "failed": counts["failed"], "error": counts["error"]}
+    fire: list[str] = []
+    if on_complete and not complete_fired and Task.objects.filter(pk=task_id, complete_fired=False).update(complete_fired=True):
+        fire.append(on_complete)
+    succeeded = summary["failed"] == 0 and summary["error"] == 0
+    if on_success and succeeded and not success_fired and Task.objects.filter(pk=task_id, success_fired=False).update(success_fired=True):
+        fire.append(on_success)
+    for wire_name in fire:
+        transaction.on_commit(partial(_push_callback, wire_name, task_id, summary))
+
+
+def _push_callback(wire_name: str, task_id: str, summary: dict[str, int]) -> None:
+    """After the commit that claimed it. Redis refusing the push loses this callback (it is
+    claimed): logged as an error naming the task, rather than raised into the committing code."""
+    try:
+        job_class = client.job_class_named(wire_name)
+        if job_class is not None:
+            job_class.perform_async(task_id, summary)
+        else:  # a class this process does not know (a Ruby worker's, or renamed): pushed by name
+            client.push({"class": wire_name, "args": [task_id, summary]})
+    except RedisUnavailable as exc:
+        logger.error("task %s: its %s callback could not be pushed and will not run: %s", task_id, wire_name, exc)
+
+
+def add_jobs(task: Task | str, job_class: type[Job], args_list: Sequence[Sequence[Any]], *, batch_size: int = 1000) -> list[str]:
+    """Add jobs of ``job_class`` to a running task: its total grows, it is unfinished again, and
+    the jobs are pushed after commit (as ``launch`` does). Returns their jids.
+
+    Call it while the task runs, typically from one of its own jobs (whose unsettled event keeps
+    the task from finishing meanwhile): callbacks that already fired do not fire again.
+    """
+    from . import recorder
+
+    task_id = task.pk if isinstance(task, Task) else str(task)
+    jobs_args = [list(args) for args in args_list]
+    check_json_native(jobs_args, "args_list")
+    wire_name = job_class.wire_name()
+    queue = str(job_class.get_sidekiq_options().get("queue") or "default")
+    timestamp = timezone.now()
+    jobs: list[RecordedJob] = [(new_jid(), args, None) for args in jobs_args]
+    if not jobs:
+        return []
+    with transaction.atomic():
+        # The task row first, then the events, then shard 0: the enqueue side's lock order.
+        if not Task.objects.filter(pk=task_id).update(
+            total=F("total") + len(jobs), finished_at=None, revision=F("revision") + 1, updated_at=timestamp
+        ):
+            raise Task.DoesNotExist(f"no task {task_id!r}")
+        _create_events(task_id, wire_name, queue, jobs, timestamp)
+        recorder.add_counts(task_id, recorder.ENQUEUE_SHARD, timestamp, enqueue=len(jobs), changes=len(jobs))
+        transaction.on_commit(partial(push_recorded, task_id, wire_name, jobs, queue=queue, batch_size=batch_size))
+    return [job_id for job_id, _, _ in jobs]
 
 
 def retry_errored(task: Task, *, by: str = "an operator") -> int:

@@ -29,6 +29,8 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from jobsapp import ClientMiddleware, NoRetryError, ServerMiddleware
+from jobsapp.client import Item
+from jobsapp.outcomes import DeadReason
 
 from . import recorder
 from .launching import recorded_jid_for
@@ -42,17 +44,17 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("tracking.middleware")
 
-Item = dict[str, Any]
 
-#: on_dead reasons, as the event's last message says them.
-DEAD_REASONS = {
-    "retries_exhausted": "retries exhausted",
-    "no_retry": "failed, not retried",
-    "retry_disabled": "not retried (retry is disabled for this job)",
-    "unknown_class": "not run: unknown job class",
-    "poison": "not run again: it kept crashing its worker",
-    "malformed": "not run: malformed payload",
-    "discarded": "discarded by the job's retry policy",
+#: on_dead reasons (``jobsapp.outcomes.DeadReason``, every one), as the event's last message says them.
+DEAD_REASONS: dict[str, str] = {
+    DeadReason.RETRIES_EXHAUSTED: "retries exhausted",
+    DeadReason.KILLED: "sent to the dead set by the job's retry policy",
+    DeadReason.NO_RETRY: "failed, not retried",
+    DeadReason.RETRY_DISABLED: "not retried (retry is disabled for this job)",
+    DeadReason.UNKNOWN_CLASS: "not run: unknown job class",
+    DeadReason.POISON: "not run again: it kept crashing its worker",
+    DeadReason.MALFORMED: "not run: malformed payload",
+    DeadReason.DISCARDED: "discarded by the job's retry policy",
 }
 
 
@@ -133,14 +135,14 @@ class TrackingServerMiddleware(ServerMiddleware):
     def on_dead(self, job_class: type[Job] | None, item: Item, exception: BaseException | None, *, reason: str) -> None:
         if not is_tracked(item):
             return
-        if reason == "no_retry":
+        if reason == DeadReason.NO_RETRY:
             # Recorded as failed by call() already (then this is a no-op); recorded here when
             # that write was lost.
             text = str(exception) if exception is not None else ""
             self._record(item, recorder.FAILED_ON_PURPOSE, text or DEAD_REASONS[reason])
             return
         message = DEAD_REASONS.get(reason, f"not run again: {reason}")
-        if exception is not None and reason not in ("retries_exhausted", "retry_disabled", "no_retry"):
+        if exception is not None and reason not in (DeadReason.RETRIES_EXHAUSTED, DeadReason.RETRY_DISABLED, DeadReason.NO_RETRY):
             message = f"{message} ({describe(exception)})"
         self._record(item, recorder.DEAD, message)
 

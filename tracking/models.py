@@ -78,13 +78,31 @@ class TaskManager(models.Manager.from_queryset(TaskQuerySet)):  # type: ignore[m
         name: str | None = None,
         then: type[Job] | None = None,
         then_args: list[Any] | None = None,
+        on_complete: type[Job] | None = None,
+        on_success: type[Job] | None = None,
         batch_size: int = 1000,
     ) -> Task:
         """Create a task with one event per argument list and push one job each (see
         ``tracking.launching.launch``): the jobs reach Redis only after the rows are committed."""
         from .launching import launch
 
-        return launch(job_class, args_list, owner=owner, name=name, then=then, then_args=then_args, batch_size=batch_size)
+        return launch(
+            job_class,
+            args_list,
+            owner=owner,
+            name=name,
+            then=then,
+            then_args=then_args,
+            on_complete=on_complete,
+            on_success=on_success,
+            batch_size=batch_size,
+        )
+
+    def add_jobs(self, task: Task | str, job_class: type[Job], args_list: list[list[Any]], *, batch_size: int = 1000) -> list[str]:
+        """Add jobs to a task that is still running (see ``tracking.launching.add_jobs``)."""
+        from .launching import add_jobs
+
+        return add_jobs(task, job_class, args_list, batch_size=batch_size)
 
 
 class Task(models.Model):
@@ -97,6 +115,12 @@ class Task(models.Model):
     then_class = models.CharField(max_length=255, blank=True, default="")
     then_args = models.JSONField(default=list, blank=True)
     then_queued = models.BooleanField(default=False)
+    # Batch callbacks: job classes pushed with (task id, counts) once the task finishes, at most
+    # once each: on_complete whatever the outcome, on_success when no job failed or errored.
+    on_complete_class = models.CharField(max_length=255, blank=True, default="")
+    on_success_class = models.CharField(max_length=255, blank=True, default="")
+    complete_fired = models.BooleanField(default=False)
+    success_fired = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)

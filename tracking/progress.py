@@ -43,6 +43,7 @@ class EventHandle:
         self._clock = clock
         self._lock = threading.Lock()
         self._buffer: list[recorder.MessageEntry] = []
+        self._fraction = threading.local()  # (done, total) for the next message, per thread
         self._last_flush = clock()
 
     def start(self) -> bool | None:
@@ -55,11 +56,21 @@ class EventHandle:
 
     def add_message(self, message: str) -> None:
         """Append a progress message ("row 3,412 of 10,000"); written in batches."""
+        entry = recorder.message_entry(recorder.WORKING, message)
+        fraction = getattr(self._fraction, "value", None)
+        if fraction is not None:
+            entry["done"], entry["total"] = fraction
+            self._fraction.value = None
         with self._lock:
-            self._buffer.append(recorder.message_entry(recorder.WORKING, message))
+            self._buffer.append(entry)
             due = self._clock() - self._last_flush >= self.flush_interval_seconds
         if due:
             self.flush()
+
+    def next_message_reports(self, done: int, total: int) -> None:
+        """The next ``add_message`` of this thread carries its fraction (``done`` of ``total``),
+        which the progress page adds to the bar while the job runs (``report_progress``)."""
+        self._fraction.value = (int(done), int(total))
 
     def flush(self) -> None:
         """Hand the buffered messages to the writer now, keeping the status."""

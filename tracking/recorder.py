@@ -58,7 +58,8 @@ from .models import COUNT_FIELDS, TALLY_FIELDS, Event, EventStatus, Task, TaskCo
 logger = logging.getLogger("tracking.recorder")
 
 Item = dict[str, Any]
-MessageEntry = dict[str, str]
+#: {"at", "status", "message"}, plus "done" and "total" (ints) for report_progress entries.
+MessageEntry = dict[str, Any]
 
 ENQUEUE = EventStatus.ENQUEUE.value
 WORKING = EventStatus.WORKING.value
@@ -366,20 +367,23 @@ def _settled_sum() -> Subquery:
     return Subquery(TaskCounter.objects.filter(task_id=OuterRef("pk")).values("task_id").annotate(total=Sum("settled")).values("total"))
 
 
-def _progress(task_ids: Sequence[str]) -> list[tuple[str, int, int, str, bool]]:
-    """(id, total, settled, then_class, then_queued) of the unfinished tasks among ``task_ids``."""
+def _progress(task_ids: Sequence[str]) -> list[tuple[str, int, int, str, bool, bool]]:
+    """(id, total, settled, then_class, then_queued, has_callbacks) of the unfinished tasks among
+    ``task_ids`` (``has_callbacks``: an ``on_complete`` or ``on_success`` class is set, so a task
+    without one finishes without reading them)."""
     tasks = connection.ops.quote_name(Task._meta.db_table)
     counters = connection.ops.quote_name(TaskCounter._meta.db_table)
     placeholders = ", ".join(["%s"] * len(task_ids))
     sql = (
         f"SELECT t.id, t.total, (SELECT COALESCE(SUM(c.settled), 0) FROM {counters} c WHERE c.task_id = t.id), "  # noqa: S608
-        f"t.then_class, t.then_queued FROM {tasks} t WHERE t.id IN ({placeholders}) AND t.finished_at IS NULL"
+        f"t.then_class, t.then_queued, CASE WHEN t.on_complete_class <> '' OR t.on_success_class <> '' THEN 1 ELSE 0 END "
+        f"FROM {tasks} t WHERE t.id IN ({placeholders}) AND t.finished_at IS NULL"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, list(task_ids))
         return [
-            (task_id, int(total), int(settled), then_class, bool(queued))
-            for task_id, total, settled, then_class, queued in cursor.fetchall()
+            (task_id, int(total), int(settled), then_class, bool(queued), bool(callbacks))
+            for task_id, total, settled, then_class, queued, callbacks in cursor.fetchall()
         ]
 
 
@@ -387,7 +391,7 @@ def _settle(task_ids: Iterable[str], now: datetime) -> set[str]:
     """Finish (or add the follow-up job to) each of ``task_ids`` whose events have all settled, in
     the caller's transaction; returns the ones still unfinished."""
     unfinished: set[str] = set()
-    for task_id, total, settled, then_class, then_queued in _progress(sorted(task_ids)):
+    for task_id, total, settled, then_class, then_queued, has_callbacks in _progress(sorted(task_ids)):
         if settled < total:
             unfinished.add(task_id)
             continue
@@ -400,11 +404,16 @@ def _settle(task_ids: Iterable[str], now: datetime) -> set[str]:
             if not again or again[0][2] < again[0][1]:
                 unfinished.update(row[0] for row in again)
                 continue
-            _, total, settled, then_class, then_queued = again[0]
+            _, total, settled, then_class, then_queued, has_callbacks = again[0]
         if then_class and not then_queued:
             queue_follow_up(task_id, now=now)
-        else:
+        elif (
             Task.objects.filter(pk=task_id, finished_at__isnull=True).update(finished_at=now, revision=F("revision") + 1, updated_at=now)
+            and has_callbacks
+        ):
+            from .launching import fire_callbacks
+
+            fire_callbacks(task_id)  # on_complete / on_success, at most once each (tracking.launching)
     return unfinished
 
 
@@ -473,7 +482,7 @@ def record_enqueue(item: Item, *, now: datetime | None = None) -> str:
     """
     timestamp = now or timezone.now()
     job_id = item["jid"]
-    task_id = item.get("task_id")
+    task_id: Any = item.get("task_id")
     params: dict[str, Any] = {"args": list(item.get("args") or [])}
     if item.get("kwargs"):
         params["kwargs"] = item["kwargs"]

@@ -1,4 +1,4 @@
-"""The JSON shapes of shared/DESIGN.md §5: a task summary and an event. Read-only."""
+"""The JSON shapes of docs/tracking-api.md: a task summary and an event. Read-only."""
 
 from __future__ import annotations
 
@@ -37,6 +37,10 @@ class TaskSerializer(serializers.ModelSerializer):
     @extend_schema_field(CountsSerializer)
     def get_counts(self, task: Task) -> dict[str, int]:
         return task.counts
+
+
+#: What the API shows of a message (stored entries may carry more: report_progress's fraction).
+MESSAGE_FIELDS = ("at", "status", "message")
 
 
 class MessageSerializer(serializers.Serializer):
@@ -80,6 +84,6 @@ class EventSerializer(serializers.ModelSerializer):
                 {**entry, "message": crash_summary(str(entry.get("message", "")))} if entry.get("status") == "error" else entry
                 for entry in messages
             ]
-        data["messages"] = messages
+        data["messages"] = [{key: entry.get(key) for key in MESSAGE_FIELDS} for entry in messages]
         data["params"] = redact(instance.params)  # secret-looking keys (JOBSAPP["REDACT_KEYS"])
         return data

@@ -1,10 +1,13 @@
-"""The tracking API (shared/DESIGN.md §5) and the progress page. Thin: read rows, shape them.
+"""The tracking API (docs/tracking-api.md) and the progress page. Thin: read rows, shape them.
 
-Every query is scoped to the caller (``owner = request.user``), so another user's task or event
-answers 404 exactly as a missing one. The task summary is one query: the task row with its few
+Every query is scoped to the caller (``tracking.permissions.visible_tasks``: their own tasks, plus
+ownerless ones for staff), so another user's task or event answers 404 exactly as a missing one.
+Anonymous callers are refused whatever the project's DRF default permission is. The task summary is one query: the task row with its few
 counter shards summed (``Task.objects.with_counts()``); it carries an ETag built from the task's
 ``revision`` and the shards' change count, and a repeated ``If-None-Match`` gets 304 while nothing
-changed. Event lists are paginated and filtered by ``?status=failed`` (or ``failed,error``) on the
+changed. ``?running=1`` (the progress page's poll) adds the running jobs' latest messages and
+reported fractions: one more query on the ``(task, status)`` index, at most RUNNING_SHOWN rows.
+Event lists are paginated and filtered by ``?status=failed`` (or ``failed,error``) on the
 ``(task, status, id)`` index. All endpoints share one throttle scope, ``TRACKING["API_THROTTLE_RATE"]``.
 """
 
@@ -13,7 +16,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -28,8 +30,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 
+from jobsapp.dashboard.access import to_login
+
 from .conf import tracking_settings
 from .models import Event, EventStatus, Task
+from .permissions import TrackingAccess, visible_tasks
 from .serializers import EventSerializer, TaskSerializer
 
 #: What a task id or a job id can look like; anything else is a 404 without a query (so a NUL
@@ -78,12 +83,41 @@ def parse_statuses(raw: str | None) -> list[str]:
 
 
 class OwnedTasks:
-    """The caller's tasks only; a lookup of anything else is a 404."""
+    """The caller's tasks only (and ownerless ones for staff); a lookup of anything else is a 404."""
 
-    request: Request
+    request: Any  # DRF's Request on the viewsets that mix this in
 
     def owned_tasks(self) -> Any:
-        return Task.objects.filter(owner_id=self.request.user.pk)
+        return Task.objects.filter(visible_tasks(self.request.user))
+
+
+#: The running jobs ``?running=1`` lists (the most recently updated first).
+RUNNING_SHOWN = 50
+
+RUNNING_PARAMETER = OpenApiParameter(
+    "running",
+    OpenApiTypes.BOOL,
+    description="Also list the running jobs' latest messages and reported fractions (one more indexed query): "
+    '"running": [{"job_id", "message", "fraction"}], "running_progress" (their fractions summed, in jobs).',
+)
+
+
+def running_summary(task: Task) -> dict[str, Any]:
+    """The running jobs of ``task`` (at most RUNNING_SHOWN): latest message, reported fraction."""
+    rows = (
+        Event.objects.filter(task_id=task.pk, status=EventStatus.WORKING)
+        .order_by("-updated_at")
+        .values_list("job_id", "messages")[:RUNNING_SHOWN]
+    )
+    running: list[dict[str, Any]] = []
+    total_fraction = 0.0
+    for job_id, messages in rows:
+        entries = list(messages or [])
+        reported = next((entry for entry in reversed(entries) if isinstance(entry.get("total"), int) and entry["total"] > 0), None)
+        fraction = min(1.0, max(0.0, int(reported["done"]) / int(reported["total"]))) if reported else None
+        total_fraction += fraction or 0.0
+        running.append({"job_id": job_id, "message": str(entries[-1].get("message", "")) if entries else "", "fraction": fraction})
+    return {"running": running, "running_progress": round(total_fraction, 4)}
 
 
 @extend_schema(tags=["tracking"])
@@ -92,6 +126,7 @@ class TaskViewSet(OwnedTasks, viewsets.ReadOnlyModelViewSet):
 
     serializer_class = TaskSerializer
     pagination_class = TrackingPagination
+    permission_classes = [TrackingAccess]
     throttle_classes = [TrackingThrottle]
     lookup_value_regex = "[^/]+"
 
@@ -109,15 +144,20 @@ class TaskViewSet(OwnedTasks, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(
         responses={200: TaskSerializer, 304: OpenApiResponse(description="Not modified since the ETag given")},
-        parameters=[OpenApiParameter("If-None-Match", OpenApiTypes.STR, OpenApiParameter.HEADER)],
+        parameters=[OpenApiParameter("If-None-Match", OpenApiTypes.STR, OpenApiParameter.HEADER), RUNNING_PARAMETER],
     )
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         task = self.get_object()
-        headers = {"ETag": task.etag, "Cache-Control": "private, no-cache"}
+        with_running = request.query_params.get("running") in ("1", "true")
+        etag = task.etag if not with_running else task.etag[:-1] + '.running"'
+        headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
         candidates = {tag.strip() for tag in request.headers.get("If-None-Match", "").split(",")}
-        if task.etag in candidates or "*" in candidates:
+        if etag in candidates or "*" in candidates:
             return Response(status=status.HTTP_304_NOT_MODIFIED, headers=headers)
-        return Response(self.get_serializer(task).data, headers=headers)
+        data = self.get_serializer(task).data
+        if with_running:
+            data.update(running_summary(task))
+        return Response(data, headers=headers)
 
     @extend_schema(parameters=[STATUS_PARAMETER], responses=EventSerializer(many=True))
     @action(detail=True, methods=["get"])
@@ -137,12 +177,13 @@ class EventViewSet(mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """One event by its job id, if its task is the caller's."""
 
     serializer_class = EventSerializer
+    permission_classes = [TrackingAccess]
     throttle_classes = [TrackingThrottle]
     lookup_field = "job_id"
     lookup_value_regex = "[^/]+"
 
     def get_queryset(self) -> QuerySet[Event]:
-        return Event.objects.filter(task__owner_id=self.request.user.pk)
+        return Event.objects.filter(visible_tasks(self.request.user, through="task__"))
 
     def get_object(self) -> Event:
         job_id = self.kwargs["job_id"]
@@ -154,10 +195,12 @@ class EventViewSet(mixins.RetrieveModelMixin, viewsets.GenericViewSet):
         return event
 
 
-@login_required
 def task_page(request: HttpRequest, task_id: str) -> HttpResponse:
-    """The progress page: HTML that polls the API; 404 unless the task is the caller's."""
-    if not plausible_id(task_id) or not Task.objects.filter(pk=task_id, owner_id=request.user.pk).exists():
+    """The progress page: HTML that polls the API; 404 unless the task is the caller's.
+    Anonymous visitors go to a login page that exists (``jobsapp.dashboard.access.login_url``)."""
+    if not request.user.is_authenticated:
+        return to_login(request)
+    if not plausible_id(task_id) or not Task.objects.filter(visible_tasks(request.user), pk=task_id).exists():
         raise Http404("No such task.")
     context = {
         "task_id": task_id,

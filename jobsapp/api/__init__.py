@@ -1,7 +1,7 @@
 """jobsapp.api: inspection and operations on everything in Redis, as Sidekiq's ``Sidekiq::API``.
 
 The one door the dashboard, the metrics endpoint and the ``jobs`` command use; also for users'
-scripts. It reads and writes Sidekiq 6.4's layout (shared/DESIGN.md §1), so it sees and acts on
+scripts. It reads and writes Sidekiq 6.4's layout (docs/redis-layout.md), so it sees and acts on
 Ruby Sidekiq's processes and jobs as well as ours. Every call reads Redis afresh (nothing is
 cached), moves are atomic Lua scripts keyed on the raw stored bytes, and a lost connection
 raises ``jobsapp.RedisUnavailable``.
@@ -12,35 +12,47 @@ raises ``jobsapp.RedisUnavailable``.
     api.RetrySet().retry_all()
     api.ProcessSet.quiet(identity)
     api.find_job(jid)
+    api.CompletedSet().page(1)   # finished jobs pushed with retain
 """
 
+from ..redaction import REDACTED, redact
+from .completed import CompletedSet
+from .limits import LimiterSet, LimiterState, UniqueLock, UniqueLocks
 from .lookup import Location, find_job
+from .periodic import PeriodicJob, PeriodicSet
 from .processes import DurationHistogram, Process, ProcessSet, Work, WorkSet, job_durations
 from .queues import Queue, QueueSummary
 from .records import JobRecord, Page, SortedEntry, decode_backtrace, encode_backtrace
-from .redaction import REDACTED, redact
-from .sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet
+from .sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, SearchPage
 from .stats import History, Stats, redis_info
 
 Workers = WorkSet
 
 __all__ = [
     "REDACTED",
+    "CompletedSet",
     "DeadSet",
     "DurationHistogram",
     "History",
     "JobRecord",
     "JobSet",
+    "LimiterSet",
+    "LimiterState",
     "Location",
     "Page",
+    "PeriodicJob",
+    "PeriodicSet",
     "Process",
     "ProcessSet",
     "Queue",
     "QueueSummary",
     "RetrySet",
     "ScheduledSet",
+    "SearchPage",
     "SortedEntry",
     "Stats",
+    "UniqueLock",
+    "UniqueLocks",
     "Work",
     "WorkSet",
     "Workers",

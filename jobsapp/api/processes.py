@@ -26,19 +26,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import keys
-from ..connection import get_redis
+from ..connection import as_text, get_redis
+from ..payload import parse_json
+from ..processes import PROCESS_FIELDS, decode_durations, identities, prune_dead
 from .guard import translate_errors
 from .records import JobRecord
 
-PROCESS_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us")
 SIGNAL_TTL_SECONDS = 60
 SIGNALS = {"quiet": "TSTP", "stop": "TERM", "dump_threads": "TTIN"}
 
 
 def _text(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+    """A reply field as text; a missing field (None) is empty."""
+    return "" if value is None else as_text(value)
 
 
 def _number(value: bytes | str | None, kind: type[int] | type[float]) -> Any:
@@ -120,16 +120,16 @@ class Work:
 def _per_process(connection: Any, queue_commands: Callable[[Any, str], object], *, each: int = 1) -> list[tuple[str, Any]]:
     """Pipeline ``each`` commands per identity in ``processes`` (in identity order), one round trip:
     [(identity, reply)] when ``each`` is 1, else [(identity, [replies...])]."""
-    identities = sorted(_text(name) for name in connection.smembers(keys.PROCESSES))
-    if not identities:
+    names = identities(connection)
+    if not names:
         return []
     pipe = connection.pipeline(transaction=False)
-    for identity in identities:
+    for identity in names:
         queue_commands(pipe, identity)
     replies = pipe.execute()
     if each == 1:
-        return list(zip(identities, replies, strict=True))
-    return [(identity, replies[index * each : (index + 1) * each]) for index, identity in enumerate(identities)]
+        return list(zip(names, replies, strict=True))
+    return [(identity, replies[index * each : (index + 1) * each]) for index, identity in enumerate(names)]
 
 
 class ProcessSet:
@@ -148,8 +148,8 @@ class ProcessSet:
                 dead.append(identity)
                 continue
             try:
-                decoded = json.loads(info)
-            except (ValueError, UnicodeDecodeError):  # a garbled info still shows the process
+                decoded = parse_json(info)
+            except ValueError:  # a garbled info still shows the process
                 decoded = {}
             if not isinstance(decoded, dict):
                 decoded = {}
@@ -172,10 +172,7 @@ class ProcessSet:
     @translate_errors
     def cleanup() -> int:
         """Remove identities whose heartbeat hash expired; returns how many."""
-        connection = get_redis()
-        replies = _per_process(connection, lambda pipe, identity: pipe.hexists(keys.process(identity), "info"))
-        dead = [identity for identity, alive in replies if not alive]
-        return int(connection.srem(keys.PROCESSES, *dead)) if dead else 0
+        return prune_dead(get_redis())
 
     @staticmethod
     @translate_errors
@@ -216,8 +213,8 @@ class ProcessSet:
 
 def _work_entry(identity: str, thread_id: bytes, value: bytes) -> Work | None:
     try:
-        decoded = json.loads(value)
-    except (ValueError, UnicodeDecodeError):  # a garbled entry is skipped: the job itself is fine
+        decoded = parse_json(value)
+    except ValueError:  # a garbled entry is skipped: the job itself is fine
         return None
     if not isinstance(decoded, dict):
         return None
@@ -288,44 +285,36 @@ class DurationHistogram:
     count: int
 
 
-def _merge_durations(merged: dict[str, dict[str, Any]], job_class: str, value: Any) -> None:
-    if not isinstance(value, dict) or not isinstance(value.get("buckets"), dict):
+def _merge_durations(merged: dict[str, dict[str, Any]], job_class: str, raw: bytes | str) -> None:
+    decoded = decode_durations(raw)
+    if decoded is None:  # a garbled histogram is left out of the scrape
         return
+    buckets, total, count = decoded
     target = merged.setdefault(job_class, {"buckets": {}, "sum": 0.0, "count": 0})
-    for bound_text, count in value["buckets"].items():
-        try:
-            bound = float(bound_text)
-        except ValueError:
-            continue
-        if isinstance(count, int):
-            target["buckets"][bound] = target["buckets"].get(bound, 0) + count
-    if isinstance(value.get("sum"), (int, float)):
-        target["sum"] += float(value["sum"])
-    if isinstance(value.get("count"), int):
-        target["count"] += value["count"]
+    for bound, bucket_count in buckets.items():
+        target["buckets"][bound] = target["buckets"].get(bound, 0) + bucket_count
+    if total is not None:
+        target["sum"] += total
+    if count is not None:
+        target["count"] += count
 
 
 @translate_errors
 def job_durations() -> dict[str, DurationHistogram]:
     """Per-class duration histograms summed over live processes (ours write them with every
-    heartbeat to ``jobsapp:durations:<identity>``: class -> JSON {"buckets": {"<le>": cumulative
-    count, "+Inf": n}, "sum", "count"}, cumulative since the process started). A process that
+    heartbeat to ``jobsapp:durations:<identity>``, in the JSON of ``jobsapp.processes``). A process that
     exits takes its counts with it: Prometheus sees a counter reset, which rate() handles."""
     connection = get_redis()
-    identities = sorted(_text(name) for name in connection.smembers(keys.PROCESSES))
-    if not identities:
+    names = identities(connection)
+    if not names:
         return {}
     pipe = connection.pipeline(transaction=False)
-    for identity in identities:
+    for identity in names:
         pipe.hgetall(keys.job_durations(identity))
     merged: dict[str, dict[str, Any]] = {}
     for histograms in pipe.execute():
         for job_class, encoded in histograms.items():
-            try:
-                value = json.loads(encoded)
-            except (ValueError, UnicodeDecodeError):  # a garbled histogram is left out of the scrape
-                continue
-            _merge_durations(merged, _text(job_class), value)
+            _merge_durations(merged, _text(job_class), encoded)
     return {
         job_class: DurationHistogram(dict(sorted(value["buckets"].items())), value["sum"], value["count"])
         for job_class, value in merged.items()

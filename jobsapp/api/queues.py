@@ -19,16 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import keys
-from ..connection import get_redis
+from ..connection import as_text, get_redis
 from .guard import translate_errors
 from .records import JobRecord, Page, clamp_page
 
 #: Jobs read per LRANGE when scanning a whole queue (find_job, delete by jid).
 SCAN_CHUNK = 1000
-
-
-def _decode(value: bytes | str) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
 
 
 def latency_of(oldest_raw: bytes | str | None, now: float) -> float:
@@ -84,7 +80,7 @@ class Queue:
         pipe.smembers(keys.QUEUES)
         pipe.smembers(keys.PAUSED)
         known, paused = pipe.execute()
-        return sorted({_decode(name) for name in known} | {_decode(name) for name in paused})
+        return sorted({as_text(name) for name in known} | {as_text(name) for name in paused})
 
     @classmethod
     def all(cls) -> list[Queue]:
@@ -100,8 +96,8 @@ class Queue:
         pipe.smembers(keys.QUEUES)
         pipe.smembers(keys.PAUSED)
         known, paused_raw = pipe.execute()
-        paused = {_decode(name) for name in paused_raw}
-        names = sorted({_decode(name) for name in known} | paused)
+        paused = {as_text(name) for name in paused_raw}
+        names = sorted({as_text(name) for name in known} | paused)
         return cls._summaries_for(names, paused, current)
 
     @classmethod

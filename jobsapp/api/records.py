@@ -14,30 +14,23 @@ JSON array; nothing is ever unmarshalled or evaluated. Everything meant for disp
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import time
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ..payload import timestamp_seconds
-from ..retry import inflate_backtrace
-from .redaction import redact
+from ..connection import as_bytes
+from ..error_fields import UnreadableBacktrace, compress_backtrace, inflate_backtrace
+from ..payload import Item, parse_json, timestamp_seconds
+from ..redaction import redact
 
-Item = dict[str, Any]
 Entry = TypeVar("Entry")
 
 #: Longest argument preview the dashboard and CLI show before cutting with an ellipsis.
 ARGS_PREVIEW_MAX_CHARS = 200
 #: Untrusted page numbers are capped so offsets stay within Redis's integer range.
 MAX_PAGE_NUMBER = 1_000_000
-
-
-def _as_bytes(raw: bytes | str) -> bytes:
-    return raw if isinstance(raw, bytes) else raw.encode("utf-8")
 
 
 def decode_backtrace(value: Any) -> list[str]:
@@ -50,7 +43,7 @@ def decode_backtrace(value: Any) -> list[str]:
         return [str(value)]
     try:
         lines = inflate_backtrace(value)
-    except (binascii.Error, zlib.error, ValueError):  # display only: the job itself is untouched
+    except UnreadableBacktrace:  # display only: the job itself is untouched
         return ["(the backtrace could not be decoded)"]
     if not isinstance(lines, list):
         return [str(lines)]
@@ -59,19 +52,18 @@ def decode_backtrace(value: Any) -> list[str]:
 
 def encode_backtrace(lines: Sequence[str]) -> str:
     """The inverse of decode_backtrace, as Sidekiq 6.4 writes it (tests and fixtures use it)."""
-    data = json.dumps(list(lines), separators=(",", ":")).encode("utf-8")
-    return base64.b64encode(zlib.compress(data)).decode("ascii")
+    return compress_backtrace(list(lines))
 
 
 class JobRecord:
     """One job as stored in Redis, decoded leniently; ``raw`` is the exact stored bytes."""
 
     def __init__(self, raw: bytes | str, *, queue: str | None = None) -> None:
-        self.raw: bytes = _as_bytes(raw)
+        self.raw: bytes = as_bytes(raw)
         self.invalid = False
         try:
-            parsed = json.loads(self.raw)
-        except (ValueError, UnicodeDecodeError):  # shown as invalid; delete still works on raw
+            parsed = parse_json(self.raw)
+        except ValueError:  # any bytes (nested 100,000 deep too): shown as invalid; delete still works on raw
             parsed = None
         if isinstance(parsed, dict):
             self.item: Item = parsed
@@ -148,9 +140,7 @@ class JobRecord:
         text = ", ".join(json.dumps(arg, ensure_ascii=False, default=str) for arg in self.display_args)
         kwargs = self.display_kwargs
         if kwargs:
-            keyword_text = ", ".join(
-                f"{key}={json.dumps(value, ensure_ascii=False, default=str)}" for key, value in kwargs.items()
-            )
+            keyword_text = ", ".join(f"{key}={json.dumps(value, ensure_ascii=False, default=str)}" for key, value in kwargs.items())
             text = f"{text}, {keyword_text}" if text else keyword_text
         if len(text) > max_chars:
             return text[: max(max_chars - 1, 0)] + "…"

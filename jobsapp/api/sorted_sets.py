@@ -1,9 +1,10 @@
 """``ScheduledSet``, ``RetrySet``, ``DeadSet``: the three ZSETs of jobs waiting for a time, as
 Sidekiq's ``JobSet`` subclasses.
 
-Reading: ``page`` (by rank, with ZCARD, in one pipeline), ``matching`` (filters by class and by a
+Reading: ``page`` (by rank, with ZCARD, in one pipeline), ``search`` (filters by class and by a
 case-insensitive substring over the *redacted* display text, so a search can never probe secret
-values), ``find_job`` (ZSCAN MATCH on the jid), ``get``/``get_many`` by the ``<score>-<jid>`` keys
+values, examining at most FILTER_SCAN_BUDGET entries per call), ``matching`` (the same filters
+over the whole set, for bulk actions), ``find_job`` (ZSCAN MATCH on the jid), ``get``/``get_many`` by the ``<score>-<jid>`` keys
 the dashboard's forms carry.
 
 Acting: every move is one Lua script keyed on the member's raw bytes, so it happens exactly once
@@ -22,7 +23,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 from .. import keys, scripts
 from ..conf import jobs_settings
@@ -32,6 +34,25 @@ from .records import Page, SortedEntry, clamp_page, parse_entry_key
 
 #: Members read per round trip when walking a whole set.
 SCAN_CHUNK = 500
+#: Entries one filtered listing examines (the dashboard's ``?q=`` and ``?class=``, ``jobs ...
+#: --grep``): a filter over 200,000 dead jobs answers in a fraction of a second and offers to
+#: look further ("more") instead of decoding the whole set in one request.
+FILTER_SCAN_BUDGET = 10_000
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    """Matching entries found in one window of a set (in display order), and where to go on."""
+
+    entries: list[SortedEntry]
+    start_rank: int  # the window's first rank (0-based, display order)
+    end_rank: int  # one past the last rank examined
+    size: int  # entries in the set when it was read
+
+    @property
+    def next_rank(self) -> int | None:
+        """Where a "more" request starts, or None when the window reached the end of the set."""
+        return self.end_rank if self.end_rank < self.size else None
 
 
 def _glob_escape(text: str) -> str:
@@ -106,6 +127,45 @@ class JobSet:
         total, members = pipe.execute()
         return Page(self._entries(members), int(total), number, per_page)
 
+    @staticmethod
+    def _matches(entry: SortedEntry, class_name: str | None, needle: str | None) -> bool:
+        if class_name and class_name not in (entry.klass, entry.display_class):
+            return False
+        return not needle or needle in entry.searchable_text().casefold()
+
+    @translate_errors
+    def search(
+        self,
+        *,
+        class_name: str | None = None,
+        substring: str | None = None,
+        start_rank: int = 0,
+        limit: int = 25,
+        budget: int = FILTER_SCAN_BUDGET,
+    ) -> SearchPage:
+        """Up to ``limit`` entries matching the filters (as ``matching``), in display order,
+        examining at most ``budget`` entries from ``start_rank``: bounded work per request
+        whatever the set's size. ``next_rank`` says where to continue."""
+        connection = get_redis()
+        size = int(connection.zcard(self.name))
+        rank = start_rank = min(max(int(start_rank), 0), size)
+        end = min(size, rank + max(int(budget), 1))
+        needle = substring.casefold() if substring else None
+        found: list[SortedEntry] = []
+        read = connection.zrevrange if self.newest_first else connection.zrange
+        while rank < end and len(found) < limit:
+            members = cast("list[tuple[bytes, float]]", read(self.name, rank, min(rank + SCAN_CHUNK, end) - 1, withscores=True))
+            if not members:
+                break
+            for raw, score in members:
+                rank += 1
+                entry = self._entry(raw, score)
+                if self._matches(entry, class_name, needle):
+                    found.append(entry)
+                    if len(found) >= limit:
+                        break
+        return SearchPage(found, start_rank, rank, size)
+
     @translate_errors
     def matching(self, *, class_name: str | None = None, substring: str | None = None) -> list[SortedEntry]:
         """Entries whose class (or display class) is ``class_name`` and whose redacted display
@@ -116,11 +176,8 @@ class JobSet:
         needle = substring.casefold() if substring else None
         found = []
         for entry in self._zscan(match):
-            if class_name and class_name not in (entry.klass, entry.display_class):
-                continue
-            if needle and needle not in entry.searchable_text().casefold():
-                continue
-            found.append(entry)
+            if self._matches(entry, class_name, needle):
+                found.append(entry)
         found.sort(key=lambda entry: entry.score, reverse=self.newest_first)
         return found
 
@@ -238,9 +295,7 @@ class JobSet:
     def _apply_all(self, action: str, *, class_name: str | None, substring: str | None) -> int:
         if class_name or substring:
             matches = self.matching(class_name=class_name, substring=substring)
-            return sum(
-                self.apply(action, matches[start : start + SCAN_CHUNK]) for start in range(0, len(matches), SCAN_CHUNK)
-            )
+            return sum(self.apply(action, matches[start : start + SCAN_CHUNK]) for start in range(0, len(matches), SCAN_CHUNK))
         read_chunk = translate_errors(get_redis().zrange)
         done = 0
         skipped = 0
@@ -256,7 +311,6 @@ class JobSet:
     @translate_errors
     def _move_many(self, entries: list[SortedEntry], *, lower_retry_count: bool, now: float | None) -> int:
         current = time.time() if now is None else now
-        move = scripts.script("api_move_to_queue")
         pipe = get_redis().pipeline(transaction=False)
         calls = 0
         for entry in entries:
@@ -264,7 +318,7 @@ class JobSet:
             if target is None:
                 continue
             queue, data = target
-            move(pipe, [self.name, keys.QUEUES, keys.queue(queue)], [entry.raw, queue, data])
+            scripts.api_move_to_queue(pipe, set_key=self.name, member=entry.raw, queue=queue, data=data)
             calls += 1
         return sum(int(result) for result in pipe.execute()) if calls else 0
 
@@ -275,12 +329,11 @@ class JobSet:
         if not entries:
             return 0
         current = time.time() if now is None else now
-        kill = scripts.script("api_kill")
         oldest_kept = current - float(jobs_settings.DEAD_TIMEOUT_SECONDS)
         max_jobs = int(jobs_settings.DEAD_MAX_JOBS)
         pipe = get_redis().pipeline(transaction=False)
         for entry in entries:
-            kill(pipe, [self.name, keys.DEAD], [entry.raw, repr(current), repr(oldest_kept), max_jobs])
+            scripts.api_kill(pipe, set_key=self.name, member=entry.raw, now=current, oldest_kept=oldest_kept, dead_max_jobs=max_jobs)
         return sum(int(result) for result in pipe.execute())
 
     @translate_errors

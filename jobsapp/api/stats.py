@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from .. import keys
-from ..connection import get_redis
+from ..connection import as_text, get_redis
 from .guard import translate_errors
 from .queues import QueueSummary, summarize
 
@@ -26,15 +26,11 @@ from .queues import QueueSummary, summarize
 MAX_HISTORY_DAYS = 5 * 365
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
-
-
 def _int(value: bytes | str | None) -> int:
     if value is None:
         return 0
     try:
-        return int(float(_text(value)))
+        return int(float(as_text(value)))
     except (ValueError, OverflowError):  # hostile or garbled counter: shown as 0, never a 500
         return 0
 
@@ -104,9 +100,9 @@ class Stats:
         pipe.smembers(keys.PAUSED)
         pipe.smembers(keys.PROCESSES)
         processed, failed, scheduled, retries, dead, queue_names, paused_names, identities = pipe.execute()
-        paused = {_text(name) for name in paused_names}
-        names = sorted({_text(name) for name in queue_names} | paused)
-        processes = sorted(_text(name) for name in identities)
+        paused = {as_text(name) for name in paused_names}
+        names = sorted({as_text(name) for name in queue_names} | paused)
+        processes = sorted(as_text(name) for name in identities)
 
         pipe = connection.pipeline(transaction=False)
         for identity in processes:

@@ -1,10 +1,12 @@
 """Who may see the dashboard, and what a visitor sees when Redis is down.
 
-``staff_view`` wraps every dashboard view: an anonymous visitor is redirected to the login page
-(``settings.LOGIN_URL``, with ``next``), a signed-in user who is not ``is_staff`` gets 403, and a
-``RedisUnavailable`` raised anywhere in the view becomes a 503 page (JSON for the polling
-endpoint), never a 500. Mutations are separate POST-only views; Django's CSRF middleware checks
-their tokens before the view runs.
+``staff_view`` wraps every dashboard view: an anonymous visitor is redirected to a login page that
+exists (``login_url()``: ``settings.LOGIN_URL`` when the project set it, else the admin's login),
+a signed-in user who is not ``is_staff`` gets 403, and a ``RedisUnavailable`` raised anywhere in
+the view becomes a 503 page (JSON for the polling endpoint), never a 500. Mutations are separate
+POST-only views; Django's CSRF middleware checks their tokens before the view runs.
+With ``JOBSAPP["SHARDS"]`` every view runs against the shard picked with ``?shard=NAME``
+(remembered in the session; an unknown name answers 400).
 """
 
 from __future__ import annotations
@@ -14,21 +16,42 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import global_settings, settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, reverse
 
-from ..errors import RedisUnavailable
+from .. import shards
+from ..errors import RedisUnavailable, UnknownShard
 
 logger = logging.getLogger("jobsapp.dashboard")
 
 View = Callable[..., HttpResponse]
 
+#: Where the dashboard remembers the shard picked with ?shard=NAME.
+SHARD_SESSION_KEY = "jobsapp_shard"
 
-def unavailable_response(
-    request: HttpRequest, error: RedisUnavailable, *, as_json: bool = False
-) -> HttpResponse:
+
+def login_url() -> str:
+    """Where to send an anonymous visitor: the project's ``LOGIN_URL`` when it set one, else the
+    admin's login (Django's default ``/accounts/login/`` is a 404 in a fresh project)."""
+    configured = str(settings.LOGIN_URL)
+    if configured != global_settings.LOGIN_URL:
+        return configured
+    try:
+        return reverse("admin:login")
+    except NoReverseMatch:  # no admin URLs: Django's default it is
+        return configured
+
+
+def to_login(request: HttpRequest) -> HttpResponse:
+    """The redirect to ``login_url()``, coming back to this page afterwards."""
+    return redirect_to_login(request.get_full_path(), login_url())
+
+
+def unavailable_response(request: HttpRequest, error: RedisUnavailable, *, as_json: bool = False) -> HttpResponse:
     """503 with the reason; the page keeps the navigation so the operator can retry."""
     logger.warning("dashboard: %s", error)
     if as_json:
@@ -36,6 +59,22 @@ def unavailable_response(
     response = TemplateResponse(request, "jobsapp/unavailable.html", {"error": str(error)}, status=503)
     response.render()
     return response
+
+
+def chosen_shard(request: HttpRequest) -> str:
+    """The shard (``JOBSAPP["SHARDS"]``) this request looks at: ``?shard=NAME``, remembered in
+    the session for the next pages and actions; else the one remembered; else "default"."""
+    session = getattr(request, "session", None)
+    name = request.GET.get("shard")
+    if name:
+        shards.validate(name)
+        if session is not None:
+            session[SHARD_SESSION_KEY] = name
+        return name
+    remembered = session.get(SHARD_SESSION_KEY) if session is not None else None
+    if remembered and remembered in shards.names():  # a shard since removed from settings: the default
+        return str(remembered)
+    return shards.DEFAULT
 
 
 def staff_view(view: View | None = None, *, as_json: bool = False) -> Any:
@@ -46,13 +85,18 @@ def staff_view(view: View | None = None, *, as_json: bool = False) -> Any:
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             user = request.user
             if not user.is_authenticated:
-                return redirect_to_login(request.get_full_path())
+                return to_login(request)
             if not (user.is_active and user.is_staff):
                 raise PermissionDenied("the jobs dashboard is for staff users")
             try:
-                response = function(request, *args, **kwargs)
-                if isinstance(response, TemplateResponse) and not response.is_rendered:
-                    response.render()  # so a Redis error inside a lazy template still answers 503
+                shard = chosen_shard(request)
+            except UnknownShard as error:
+                return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
+            try:
+                with shards.using(shard):
+                    response = function(request, *args, **kwargs)
+                    if isinstance(response, TemplateResponse) and not response.is_rendered:
+                        response.render()  # so a Redis error inside a lazy template still answers 503
                 return response
             except RedisUnavailable as error:  # nothing was changed: api calls are atomic
                 return unavailable_response(request, error, as_json=as_json)

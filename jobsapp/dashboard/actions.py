@@ -117,3 +117,26 @@ def set_action(request: HttpRequest, slug: str) -> HttpResponse:
         level = messages.SUCCESS if count == len(keys) else messages.WARNING
         _tell(request, f"{count} of {len(keys)} jobs {SET_ACTIONS[action]}.", level=level)
     return _back(request, reverse("jobsapp:job_set", args=[slug]))
+
+
+@staff_view
+@require_POST
+def periodic_action(request: HttpRequest) -> HttpResponse:
+    name = request.POST.get("name", "")
+    action = request.POST.get("action", "")
+    if not name:
+        return HttpResponseBadRequest("name is required")
+    if action in ("enable", "disable"):
+        if api.PeriodicSet.set_enabled(name, action == "enable"):
+            _tell(request, f"{action.capitalize()}d periodic job {name}.")
+        else:
+            _tell(request, f"No periodic job {name}.", level=messages.WARNING)
+    elif action == "run":
+        jid = api.PeriodicSet.run_now(name)
+        if jid:
+            _tell(request, f"Enqueued {name} now as {jid}.")
+        else:
+            _tell(request, f"No periodic job {name}.", level=messages.WARNING)
+    else:
+        return HttpResponseBadRequest("unknown action")
+    return _back(request, reverse("jobsapp:periodic"))

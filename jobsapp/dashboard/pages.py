@@ -23,6 +23,7 @@ PER_PAGE_CHOICES = (25, 50, 100)
 POLL_INTERVAL_SECONDS = 5
 POLL_CHOICES = (1, 2, 5, 10, 30)
 FILTER_MAX_CHARS = 200
+UNIQUE_LOCKS_SHOWN = 200  # the Limits page lists at most this many unique-job locks
 
 SET_PAGES: dict[str, dict[str, Any]] = {
     "scheduled": {"title": "Scheduled", "set": api.ScheduledSet, "when": "Run at"},
@@ -37,6 +38,23 @@ def _choice(value: str | None, choices: tuple[int, ...], default: int) -> int:
     except ValueError:
         return default
     return number if number in choices else default
+
+
+def _page_number(request: HttpRequest) -> int:
+    """The ``page`` query parameter as a number >= 1 (anything else is page 1)."""
+    try:
+        number = int(request.GET.get("page", "1"))
+    except ValueError:
+        return 1
+    return max(number, 1)
+
+
+def _rank(request: HttpRequest) -> int:
+    """The ``from`` query parameter (where a filtered listing continues) as a rank >= 0."""
+    try:
+        return min(max(int(request.GET.get("from", "0")), 0), 10**12)
+    except ValueError:
+        return 0
 
 
 def _filter(request: HttpRequest, name: str) -> str:
@@ -100,9 +118,7 @@ def stats_json(request: HttpRequest) -> HttpResponse:
 @staff_view
 @require_GET
 def queues(request: HttpRequest) -> HttpResponse:
-    return TemplateResponse(
-        request, "jobsapp/queues.html", {"section": "queues", "queues": api.Queue.summaries()}
-    )
+    return TemplateResponse(request, "jobsapp/queues.html", {"section": "queues", "queues": api.Queue.summaries()})
 
 
 @staff_view
@@ -110,7 +126,7 @@ def queues(request: HttpRequest) -> HttpResponse:
 def queue(request: HttpRequest, name: str) -> HttpResponse:
     selected = api.Queue(name)
     per_page = _choice(request.GET.get("per_page"), PER_PAGE_CHOICES, 25)
-    page = selected.page(request.GET.get("page", 1), per_page)
+    page = selected.page(_page_number(request), per_page)
     return TemplateResponse(
         request,
         "jobsapp/queue.html",
@@ -151,7 +167,18 @@ def job_set(request: HttpRequest, slug: str) -> HttpResponse:
     selected: api.JobSet = config["set"]()
     class_name, substring = _filter(request, "class"), _filter(request, "q")
     per_page = _choice(request.GET.get("per_page"), PER_PAGE_CHOICES, 25)
-    page = selected.page(request.GET.get("page", 1), per_page, class_name=class_name, substring=substring)
+    search: api.SearchPage | None = None
+    if class_name or substring:
+        # bounded: one window of the set per request, with a "more" link to the next one
+        search = selected.search(class_name=class_name, substring=substring, start_rank=_rank(request), limit=per_page)
+        page = api.Page(search.entries, len(search.entries), 1, per_page)
+    else:
+        page = selected.page(_page_number(request), per_page)
+    more_url = None
+    if search is not None and search.next_rank is not None:
+        query = request.GET.copy()
+        query["from"] = str(search.next_rank)
+        more_url = "?" + query.urlencode()
     return TemplateResponse(
         request,
         "jobsapp/job_set.html",
@@ -165,6 +192,8 @@ def job_set(request: HttpRequest, slug: str) -> HttpResponse:
             "class_filter": class_name,
             "substring": substring,
             "filtered": bool(class_name or substring),
+            "search": search,
+            "more_url": more_url,
             "has_errors": slug != "scheduled",
         },
     )
@@ -172,13 +201,30 @@ def job_set(request: HttpRequest, slug: str) -> HttpResponse:
 
 @staff_view
 @require_GET
+def periodic(request: HttpRequest) -> HttpResponse:
+    return TemplateResponse(request, "jobsapp/periodic.html", {"section": "periodic", "jobs": api.PeriodicSet.all()})
+
+
+@staff_view
+@require_GET
+def limits(request: HttpRequest) -> HttpResponse:
+    context = {
+        "section": "limits",
+        "limiters": api.LimiterSet.all(),
+        "unique_locks": api.UniqueLocks.all(limit=UNIQUE_LOCKS_SHOWN),
+        "unique_locks_shown": UNIQUE_LOCKS_SHOWN,
+    }
+    return TemplateResponse(request, "jobsapp/limits.html", context)
+
+
+@staff_view
+@require_GET
 def job(request: HttpRequest, jid: str) -> HttpResponse:
     location = api.find_job(jid)
+    result = api.CompletedSet.get(jid)  # kept only for jobs pushed with retain
     if location is None:
-        response = TemplateResponse(
-            request, "jobsapp/job.html", {"section": "", "jid": jid, "location": None}, status=404
-        )
-        return response
+        context = {"section": "completed" if result else "", "jid": jid, "location": None, **_result_context(result)}
+        return TemplateResponse(request, "jobsapp/job.html", context, status=200 if result else 404)
     slug = {"scheduled": "scheduled", "retry": "retries", "dead": "dead"}.get(location.kind)
     return TemplateResponse(
         request,
@@ -190,9 +236,56 @@ def job(request: HttpRequest, jid: str) -> HttpResponse:
             "record": location.record,
             "slug": slug,
             "item_json": _pretty(location.record.display_item),
+            **_result_context(result),
         },
     )
 
 
 def _pretty(item: dict[str, Any]) -> str:
     return json.dumps(item, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+COMPLETED_STATUSES = ("succeeded", "failed")
+
+
+@staff_view
+@require_GET
+def completed(request: HttpRequest) -> HttpResponse:
+    """Finished jobs pushed with ``sidekiq_options(retain=seconds)``, while their results are kept."""
+    status = request.GET.get("status", "")
+    status = status if status in COMPLETED_STATUSES else ""
+    per_page = _choice(request.GET.get("per_page"), PER_PAGE_CHOICES, 25)
+    page = api.CompletedSet().page(request.GET.get("page", 1), per_page, status=status or None)
+    rows = [
+        {
+            "result": result,
+            "args_preview": _preview(api.redact(result.args) + ([api.redact(result.kwargs)] if result.kwargs else [])),
+            "value_preview": _preview(result.value) if result.has_value else "",
+            "duration_seconds": (result.finished_at - result.started_at) if result.finished_at and result.started_at else None,
+        }
+        for result in page.entries
+    ]
+    return TemplateResponse(
+        request,
+        "jobsapp/completed.html",
+        {"section": "completed", "page": page, "rows": rows, "status": status, "statuses": COMPLETED_STATUSES},
+    )
+
+
+PREVIEW_MAX_CHARS = 200
+
+
+def _preview(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= PREVIEW_MAX_CHARS else text[: PREVIEW_MAX_CHARS - 1] + "…"
+
+
+def _result_context(result: Any) -> dict[str, Any]:
+    """What ``_result.html`` shows of a retained job's record (nothing without one)."""
+    if result is None:
+        return {"result": None}
+    return {
+        "result": result,
+        "result_value": _pretty(result.value) if result.has_value else "",
+        "result_args": _preview(api.redact(result.args) + ([api.redact(result.kwargs)] if result.kwargs else [])),
+    }

@@ -5,11 +5,15 @@
 -- KEYS[2] -> recoveries HASH (jid -> times recovered)
 -- KEYS[3] -> stat:processed          KEYS[4] -> stat:processed:<UTC date>
 -- KEYS[5] -> stat:failed             KEYS[6] -> stat:failed:<UTC date>
+-- KEYS[7] -> the process's last-ack token STRING ('' or absent: no duplicate check)
 -- ARGV[1] -> processed to add        ARGV[2] -> failed to add
 -- ARGV[3] -> TTL of the daily counters, seconds
 -- ARGV[4] -> n, the number of jobs to acknowledge
 -- ARGV[5 .. 4+n]    -> raw jobs exactly as fetched
 -- ARGV[5+n .. 4+2n] -> their jids
+-- ARGV[5+2n] -> this batch's token ('' or absent: no duplicate check). A batch is resent with
+--               the same token when its reply was lost (a socket timeout): if the token is the
+--               last one applied, the counters were already added and nothing is done again.
 -- returns -> how many of the n were still in flight (fewer when a sweeper took one back)
 -- cost    -> O(n * in-flight length) for LREM; the in-flight list is short (concurrency + batch)
 local processed = tonumber(ARGV[1])
@@ -17,6 +21,13 @@ local failed = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
 local removed = 0
+local token = ARGV[5 + 2 * n]
+if KEYS[7] and KEYS[7] ~= '' and token and token ~= '' then
+  if redis.call('GET', KEYS[7]) == token then
+    return 0
+  end
+  redis.call('SET', KEYS[7], token, 'EX', 3600)
+end
 if KEYS[1] ~= '' then
   for i = 1, n do
     removed = removed + redis.call('LREM', KEYS[1], -1, ARGV[4 + i])

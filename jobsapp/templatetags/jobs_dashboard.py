@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 from django import template
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince, timeuntil
 
@@ -110,3 +110,21 @@ def job_url(jid: Any) -> str:
         return reverse("jobsapp:job", args=[str(jid)]) if jid else ""
     except NoReverseMatch:
         return ""
+
+
+@register.simple_tag
+def shard_picker() -> SafeString:
+    """A form choosing the Redis shard to look at; nothing when there is only one."""
+    from jobsapp import shards
+
+    names = shards.names()
+    if len(names) < 2:
+        return SafeString("")
+    current = shards.current()
+    options = format_html_join(
+        "", '<option value="{}"{}>{}</option>', ((name, " selected" if name == current else "", name) for name in names)
+    )
+    return format_html(
+        '<form class="shard" method="get" action=""><select name="shard" aria-label="Redis shard">{}</select><button>Show</button></form>',
+        options,
+    )

@@ -29,12 +29,28 @@ def test_five_schedulers_move_each_job_exactly_once(redis_server, redis, ledger,
     retries = [f"s5-retry-{index}" for index in range(PER_SET)]
     pipe = redis.pipeline(transaction=False)
     for index, ledger_id in enumerate(scheduled):
-        item = {"class": LedgerJob.wire_name(), "args": [ledger_id], "queue": "default", "jid": f"{index:024x}",
-                "retry": True, "created_at": now}
+        item = {
+            "class": LedgerJob.wire_name(),
+            "args": [ledger_id],
+            "queue": "default",
+            "jid": f"{index:024x}",
+            "retry": True,
+            "created_at": now,
+        }
         pipe.zadd("schedule", {json.dumps(item, separators=(",", ":")): now - 1 - index / PER_SET})
     for index, ledger_id in enumerate(retries):
-        item = {"class": LedgerJob.wire_name(), "args": [ledger_id], "queue": "default", "jid": f"{PER_SET + index:024x}",
-                "retry": True, "created_at": now, "retry_count": 0, "failed_at": now, "error_message": "x", "error_class": "E"}
+        item = {
+            "class": LedgerJob.wire_name(),
+            "args": [ledger_id],
+            "queue": "default",
+            "jid": f"{PER_SET + index:024x}",
+            "retry": True,
+            "created_at": now,
+            "retry_count": 0,
+            "failed_at": now,
+            "error_message": "x",
+            "error_class": "E",
+        }
         pipe.zadd("retry", {json.dumps(item, separators=(",", ":")): now - 1 - index / PER_SET})
     pipe.execute()
     # When five processes start and race

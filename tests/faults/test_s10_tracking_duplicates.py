@@ -31,9 +31,6 @@ CLIENT = "tracking.middleware.TrackingClientMiddleware"
 SERVER = "tracking.middleware.TrackingServerMiddleware"
 
 
-
-
-
 def test_duplicates_do_not_change_the_counts(redis_server, redis, ledger, start_worker, measure, settings):
     from jobsapp import middleware
     from tracking.models import Event, Task

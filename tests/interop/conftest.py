@@ -33,9 +33,7 @@ def ruby_missing_reason() -> str | None:
         return "ruby is not installed (Debian: apt-get install ruby-sidekiq)"
     if shutil.which("sidekiq") is None:
         return "the sidekiq command is not on PATH (Debian: apt-get install ruby-sidekiq)"
-    probe = subprocess.run(
-        ["ruby", "-e", 'require "sidekiq"; print Sidekiq::VERSION'], capture_output=True, text=True, timeout=30
-    )
+    probe = subprocess.run(["ruby", "-e", 'require "sidekiq"; print Sidekiq::VERSION'], capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
         return f"the sidekiq gem does not load: {probe.stderr.strip()[-300:]}"
     if not probe.stdout.startswith("6."):
@@ -66,7 +64,10 @@ def run_ruby(script: str, *args: str, redis_url: str) -> str:
     """Run tests/interop/ruby/<script> with Ruby; its stdout, or AssertionError with its stderr."""
     result = subprocess.run(
         ["ruby", str(RUBY_DIR / script), *args],
-        capture_output=True, text=True, env=ruby_env(redis_url), timeout=60,
+        capture_output=True,
+        text=True,
+        env=ruby_env(redis_url),
+        timeout=60,
     )
     assert result.returncode == 0, f"ruby {script} {' '.join(args)} failed:\n{result.stderr}"
     return result.stdout
@@ -99,17 +100,20 @@ def ruby(redis_server: RedisServer) -> RubyView:
 class RubySidekiqProcess:
     """A real ``sidekiq -r worker.rb`` process (Ruby), registered in ``processes`` when started."""
 
-    def __init__(
-        self, redis_server: RedisServer, *, queues: tuple[str, ...] = ("default",), concurrency: int = 2
-    ) -> None:
+    def __init__(self, redis_server: RedisServer, *, queues: tuple[str, ...] = ("default",), concurrency: int = 2) -> None:
         self.redis_server = redis_server
         self.log = tempfile.NamedTemporaryFile(prefix="ruby-sidekiq-", suffix=".log", delete=False)
         command = ["sidekiq", "-r", str(RUBY_DIR / "worker.rb"), "-c", str(concurrency), "-t", "3"]
         for queue in queues:
             command += ["-q", queue]
         self.process = subprocess.Popen(
-            command, cwd=RUBY_DIR, env=ruby_env(redis_server.url), stdin=subprocess.DEVNULL,
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            command,
+            cwd=RUBY_DIR,
+            env=ruby_env(redis_server.url),
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     @property

@@ -20,8 +20,15 @@ class RecordRun(Job):
     """Appends {jid, class, args, kwargs, queue, item} to interop:python:runs."""
 
     def perform(self, *args, **kwargs):
-        record = {"jid": self.jid, "class": type(self).wire_name(), "args": list(args), "kwargs": kwargs,
-                  "queue": self.queue, "item": self.item, "ran_at": time.time()}
+        record = {
+            "jid": self.jid,
+            "class": type(self).wire_name(),
+            "args": list(args),
+            "kwargs": kwargs,
+            "queue": self.queue,
+            "item": self.item,
+            "ran_at": time.time(),
+        }
         get_redis().rpush(RUNS_KEY, json.dumps(record))
 
 

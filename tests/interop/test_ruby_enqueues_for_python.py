@@ -26,8 +26,9 @@ def python_runs(redis) -> dict[str, dict]:
 
 @pytest.fixture
 def worker(redis_server):
-    with WorkerProcess(["-q", "critical", "-q", "default", "-c", "2", "-t", "5"], env=WORKER_SETTINGS,
-                       redis_url=redis_server.url) as process:
+    with WorkerProcess(
+        ["-q", "critical", "-q", "default", "-c", "2", "-t", "5"], env=WORKER_SETTINGS, redis_url=redis_server.url
+    ) as process:
         yield process
 
 
@@ -66,7 +67,7 @@ def test_ruby_scheduled_push_is_moved_by_our_scheduler(worker, ruby, redis):
 def test_ruby_push_of_unknown_class_is_refused_readably(worker, ruby, redis):
     # When Ruby pushes a job naming a class our worker does not know
     jid = ruby.push({"class": "os.system", "args": ["echo pwned"]})
-    # Then nothing runs it, and the dead set holds it with an error Ruby's API reads
+    # Then nothing runs it, and the retry set holds it (as Sidekiq retries its NameError) with an error Ruby's API reads
     wait_until(lambda: redis.zcard("dead") == 1 or redis.zcard("retry") == 1, message="the job was refused")
     view = ruby.inspect()
     [entry] = view["dead"] + view["retries"]

@@ -50,12 +50,10 @@ def test_ruby_reads_our_counts_and_failures(redis_server, ruby, redis):
 
 
 def test_ruby_reads_our_process_and_busy_jobs_and_quiets_it(redis_server, ruby, redis):
-    with WorkerProcess(["-q", "default", "-c", "3", "-g", "interop", "-t", "5"], env=WORKER_SETTINGS,
-                       redis_url=redis_server.url) as worker:
+    with WorkerProcess(["-q", "default", "-c", "3", "-g", "interop", "-t", "5"], env=WORKER_SETTINGS, redis_url=redis_server.url) as worker:
         # Given our worker is busy with two jobs
         jids = {Blocks.perform_async("first"), Blocks.perform_async("second")}
-        view = wait_until(lambda: len((view := ruby.inspect())["workers"]) == 2 and view,
-                          message="Ruby's Workers lists our two busy jobs")
+        view = wait_until(lambda: len((view := ruby.inspect())["workers"]) == 2 and view, message="Ruby's Workers lists our two busy jobs")
         # Then Ruby's ProcessSet lists our process as Sidekiq would
         [process] = view["processes"]
         assert process["identity"] == worker.identity

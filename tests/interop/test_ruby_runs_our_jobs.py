@@ -27,8 +27,7 @@ def ruby_runs(redis) -> dict[str, dict]:
 
 
 def wait_for_ruby_run(redis, jid: str, timeout_seconds: float = 10.0) -> dict:
-    return wait_until(lambda: ruby_runs(redis).get(jid), timeout_seconds=timeout_seconds,
-                      message=f"Ruby's HardWorker ran {jid}")
+    return wait_until(lambda: ruby_runs(redis).get(jid), timeout_seconds=timeout_seconds, message=f"Ruby's HardWorker ran {jid}")
 
 
 def test_raw_client_push_is_run_by_ruby(ruby_sidekiq, redis):

@@ -1,7 +1,7 @@
 """Builders that write Sidekiq 6.4-format data straight into Redis, as a Ruby process would.
 
 Used by the api, dashboard, metrics, CLI and browser tests to put the installation into a known
-state without running workers. Every write follows shared/DESIGN.md §1 byte for byte: compact
+state without running workers. Every write follows docs/redis-layout.md byte for byte: compact
 JSON, float epoch seconds, compressed backtraces, heartbeat hashes with a 60 s TTL.
 """
 
@@ -138,17 +138,12 @@ def populate(redis) -> dict[str, Any]:
         daily(redis, today - dt.timedelta(days=offset), processed=1000 + 37 * offset, failed=10 + offset % 7)
     redis.set(keys.STAT_PROCESSED, 123456)
     redis.set(keys.STAT_FAILED, 789)
-    queued = [
-        enqueue(redis, job("HardWorker", [index, {"password": "hunter2"}]), enqueued_at=now - 30 + index)
-        for index in range(30)
-    ]
+    queued = [enqueue(redis, job("HardWorker", [index, {"password": "hunter2"}]), enqueued_at=now - 30 + index) for index in range(30)]
     enqueue(redis, job("ImportRow", [7], queue="imports"), enqueued_at=now - 5)
     redis.sadd(keys.PAUSED, "imports")
     scheduled = job("ReportJob", ["weekly"], queue="reports")
     add_to_set(redis, keys.SCHEDULE, scheduled, now + 3600)
-    retry = failed(
-        job("FlakyJob", [42, {"token": "abc123"}]), error_class="Net::ReadTimeout", message="timed out", count=2
-    )
+    retry = failed(job("FlakyJob", [42, {"token": "abc123"}]), error_class="Net::ReadTimeout", message="timed out", count=2)
     add_to_set(redis, keys.RETRY, retry, now + 120)
     dead = failed(job("BrokenJob", ["x"]), error_class="ZeroDivisionError", message="divided by 0", count=25)
     add_to_set(redis, keys.DEAD, dead, now - 600)

@@ -184,3 +184,22 @@ def test_bulk_skips_middleware_that_does_not_want_the_jobs(redis):
     client.push_bulk({"class": "X", "args": [[2]], "tagged": 1})
     first, second = (json.loads(raw) for raw in redis.lrange("queue:default", 0, -1)[::-1])
     assert "seen" not in first and second["seen"] is True
+
+
+@pytest.mark.parametrize("enqueue", ["perform_async", "perform_in", "perform_at", "perform_bulk", "set"])
+def test_abstract_base_classes_refuse_to_be_enqueued(redis, enqueue):
+    from jobsapp import Job
+    from tracking.job import TrackedJob
+
+    for base in (Job, TrackedJob):
+        # Given an abstract base class, When it is enqueued, Then a TypeError says so and nothing is written
+        calls = {
+            "perform_async": lambda base=base: base.perform_async(1),
+            "perform_in": lambda base=base: base.perform_in(10, 1),
+            "perform_at": lambda base=base: base.perform_at(2_000_000_000, 1),
+            "perform_bulk": lambda base=base: base.perform_bulk([[1], [2]]),
+            "set": lambda base=base: base.set(queue="critical").perform_async(1),
+        }
+        with pytest.raises(TypeError, match="abstract base class"):
+            calls[enqueue]()
+    assert redis.keys("*") == []

@@ -70,6 +70,9 @@ ACTION_URLS = [
 def test_anonymous_visitors_are_sent_to_login_for_every_page_and_action(client, populated, redis):
     for url in page_urls(populated):
         response = client.get(url)
+        if url == reverse("jobsapp:metrics"):  # a scraper gets 401, not a login page (test_metrics)
+            assert response.status_code == 401, url
+            continue
         assert response.status_code == 302, url
         assert response["Location"].startswith("/admin/login/?next="), url
     for name, args in ACTION_URLS:
@@ -96,9 +99,7 @@ def test_mutations_need_post_and_a_csrf_token(django_user_model, populated, redi
     # With the token from a rendered page the same POST works.
     page = strict.get(reverse("jobsapp:queues"))
     token = page.cookies["csrftoken"].value
-    response = strict.post(
-        reverse("jobsapp:queue_action"), {"action": "clear", "queue": "default", "csrfmiddlewaretoken": token}
-    )
+    response = strict.post(reverse("jobsapp:queue_action"), {"action": "clear", "queue": "default", "csrfmiddlewaretoken": token})
     assert response.status_code == 302
     assert redis.llen(keys.queue("default")) == 0
 
@@ -124,9 +125,7 @@ def test_stats_json_has_the_counters(staff, populated):
     stats = staff.get(reverse("jobsapp:stats_json")).json()
     assert (stats["processed"], stats["failed"], stats["enqueued"]) == (123456, 789, 31)
     assert (stats["scheduled"], stats["retries"], stats["dead"], stats["busy"], stats["processes"]) == (1, 1, 1, 1, 1)
-    assert {"name": "imports", "size": 1, "paused": True} == {
-        key: value for key, value in stats["queues"][1].items() if key != "latency"
-    }
+    assert {"name": "imports", "size": 1, "paused": True} == {key: value for key, value in stats["queues"][1].items() if key != "latency"}
 
 
 def test_queue_page_paginates_newest_first(staff, populated):
@@ -170,9 +169,7 @@ def test_hostile_strings_render_escaped_on_every_page(staff, redis):
     data.add_to_set(
         redis,
         keys.RETRY,
-        data.failed(
-            data.job(HOSTILE, [HOSTILE], queue=HOSTILE), error_class=HOSTILE, message=HOSTILE, backtrace=[HOSTILE]
-        ),
+        data.failed(data.job(HOSTILE, [HOSTILE], queue=HOSTILE), error_class=HOSTILE, message=HOSTILE, backtrace=[HOSTILE]),
         time.time() + 60,
     )
     data.add_to_set(redis, keys.DEAD, data.failed(data.job(HOSTILE, jid="a/b"), message=HOSTILE), time.time())
@@ -344,3 +341,20 @@ def test_hostile_numbers_and_backtrace_bombs_never_500(staff, redis):
         response = staff.get(url)
         assert response.status_code == 200, url
     assert "NaN" not in staff.get("/jobs/stats.json").content.decode()
+
+
+def test_without_login_url_anonymous_visitors_go_to_the_admin_login_that_exists(client, settings, django_user_model):
+    # Given a project that never set LOGIN_URL (Django's default /accounts/login/ is a 404 there)
+    from django.conf import global_settings
+
+    settings.LOGIN_URL = global_settings.LOGIN_URL
+    from tracking.models import Task
+
+    task = Task.objects.create(name="t", owner=django_user_model.objects.create_user("ann"), total=0)
+    # When an anonymous visitor opens the dashboard or a progress page, Then they go to the admin's login
+    for url in ("/jobs/", "/jobs/queues/", f"/tasks/{task.pk}/"):
+        response = client.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/admin/login/?next="), (url, response["Location"])
+    # And a project's own LOGIN_URL wins
+    settings.LOGIN_URL = "/sign-in/"
+    assert client.get("/jobs/")["Location"].startswith("/sign-in/?next=")

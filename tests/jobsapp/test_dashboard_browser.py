@@ -55,6 +55,12 @@ def test_every_page_renders_and_the_overview_is_live(page, redis, screenshots):
     ids = data.populate(redis)
     hostile = data.job(HOSTILE, [HOSTILE], queue="default")
     data.add_to_set(redis, keys.RETRY, data.failed(hostile, error_class=HOSTILE, message=HOSTILE), time.time() + 30)
+    # and a retained job that returned hostile text, for the Completed page
+    from jobsapp import testing
+    from tests.testapp.tasks import Add
+
+    completed_jid = Add.perform_async(HOSTILE, "")
+    testing.execute(json.loads(redis.lpop(keys.queue("default"))))
 
     # The overview: counters, both charts drawn as SVG, Redis facts
     page.goto(page.base + "/jobs/?poll=1")
@@ -80,6 +86,8 @@ def test_every_page_renders_and_the_overview_is_live(page, redis, screenshots):
         "dead": "/jobs/sets/dead/",
         "job": f"/jobs/jobs/{ids['retry']}/",
         "running-job": f"/jobs/jobs/{ids['running']}/",
+        "completed": "/jobs/completed/",
+        "completed-job": f"/jobs/jobs/{completed_jid}/",
     }
     for name, url in urls.items():
         response = page.goto(page.base + url)
@@ -90,6 +98,8 @@ def test_every_page_renders_and_the_overview_is_live(page, redis, screenshots):
     assert page.evaluate("window.__xss") is None, "hostile job data never runs"
     assert HOSTILE in page.inner_text("main"), "it is shown as text"
     assert "hunter2" not in page.goto(page.base + urls["queue"]).text()
+    completed_text = page.goto(page.base + urls["completed"]).text()
+    assert completed_jid in completed_text and page.evaluate("window.__xss") is None, "a retained value is shown as text"
     assert page.errors == []
 
 
@@ -148,4 +158,36 @@ def test_buttons_act_on_redis_and_confirm_guards_destructive_ones(page, redis):
     page.press("form.jump input", "Enter")
     page.wait_for_url(f"**/jobs/jobs/{ids['running']}/")
     assert "Running in" in page.inner_text("main")
+    assert page.errors == []
+
+
+def test_periodic_and_limits_pages_show_and_act(page, redis, screenshots):
+    from jobsapp import limiter, periodic
+    from jobsapp.connection import get_redis
+
+    # Given one periodic job of ours, a Ruby sidekiq-cron job, and a limiter with a slot held
+    connection = get_redis()
+    ours = periodic.build("nightly-report", {"class": "tests.testapp.jobs.Record", "cron": "0 2 * * *", "timezone": "Europe/Paris"})
+    periodic.register(connection, ours, server_now=periodic.server_time(connection))
+    redis.sadd("cron_jobs", "cron_job:ruby-digest")
+    redis.hset(
+        "cron_job:ruby-digest", mapping={"name": "ruby-digest", "klass": "DigestWorker", "cron": "*/10 * * * *", "status": "enabled"}
+    )
+    limiter.concurrent("partner-api", 3, wait_timeout=0).acquire()
+    # When the Periodic page is opened and "Run now" then "Disable" are pressed for our job
+    page.goto(page.base + "/jobs/periodic/")
+    row = page.locator("tr[data-periodic='nightly-report']")
+    assert "0 2 * * * (Europe/Paris)" in row.inner_text() and "sidekiq-cron" in page.inner_text("tr[data-periodic='ruby-digest']")
+    row.locator("button[value=run]").click()
+    page.wait_for_selector(".messages")
+    assert "Enqueued nightly-report now" in page.inner_text(".messages")
+    page.locator("tr[data-periodic='nightly-report'] button[value=disable]").click()
+    page.wait_for_selector("tr[data-periodic='nightly-report'] button[value=enable]")
+    page.screenshot(path=str(screenshots / "dashboard-periodic.png"), full_page=True)
+    # Then the job was pushed once and is disabled in Redis
+    assert redis.llen("queue:default") == 1 and redis.hget("cron_job:nightly-report", "status") == b"disabled"
+    # And the Limits page shows the limiter's use
+    page.goto(page.base + "/jobs/limits/")
+    assert "partner-api" in page.inner_text("tr[data-limiter='partner-api']")
+    page.screenshot(path=str(screenshots / "dashboard-limits.png"), full_page=True)
     assert page.errors == []

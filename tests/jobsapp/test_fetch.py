@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from jobsapp import client
 from jobsapp.connection import get_redis
-from jobsapp.fetch import QueueOrder, ReliableFetch
+from jobsapp.fetch import BasicFetch, QueueOrder, ReliableFetch
 
 
 def test_no_weights_is_strict_order():
@@ -64,3 +64,22 @@ def test_fetch_moves_a_batch_across_queues_in_order_into_in_flight(redis):
     # And a requeue puts them back at the front, in flight no more
     assert fetch.requeue(units[3:]) == 3
     assert redis.llen("queue:low") == 5 and redis.llen("jobsapp:inflight:host:1:abcdefabcdef") == 3
+
+
+def test_basic_fetch_reads_paused_queues_once_a_second_not_per_job(redis):
+    # Given basic fetch on two queues, with a clock the test moves
+    now = [100.0]
+    fetch = BasicFetch(
+        QueueOrder.parse(["a", "b"]), client=get_redis(), blocking_client=get_redis(), rng=random.Random(1), clock=lambda: now[0]
+    )
+    for index in range(3):
+        client.push({"class": "X", "args": [index], "queue": "a"})
+    client.push({"class": "X", "args": [0], "queue": "b"})
+    assert fetch.take(1, block_seconds=1)[0].queue == "a"
+    # When queue a is paused, Then the next fetch within the second still takes from it (no read per job)
+    redis.sadd("jobsapp:paused", "a")
+    assert fetch.take(1, block_seconds=1)[0].queue == "a"
+    # And once a second has passed the pause is seen: queue b is served, a is left alone
+    now[0] += 1.0
+    assert fetch.take(1, block_seconds=1)[0].queue == "b"
+    assert redis.llen("queue:a") == 1

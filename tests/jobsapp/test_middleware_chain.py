@@ -4,7 +4,11 @@ from jobsapp.middleware import Chain
 
 
 class A: ...
+
+
 class B: ...
+
+
 class C: ...
 
 

@@ -9,10 +9,11 @@ import pytest
 
 from jobsapp import client, middleware
 from jobsapp.connection import get_redis
+from jobsapp.error_fields import compress_backtrace, decompress_backtrace
 from jobsapp.fetch import UnitOfWork
 from jobsapp.middleware import ServerMiddleware
 from jobsapp.payload import decode
-from jobsapp.retry import RetryPolicy, compress_backtrace, decompress_backtrace, default_delay_seconds
+from jobsapp.retry import RetryPolicy, default_delay_seconds
 from tests.testapp.jobs import Explode
 
 INFLIGHT = "jobsapp:inflight:test:1:000000000000"

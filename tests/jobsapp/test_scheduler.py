@@ -24,7 +24,7 @@ def test_due_jobs_move_with_fresh_enqueued_at_and_the_rest_stay(redis):
     moved, wait = Scheduler(client=get_redis(), poll_interval_seconds=1).enqueue_due()
     # Then both due jobs are in their queues, stamped now, the nested key untouched
     assert moved == 2
-    assert 3590 < wait <= 3600
+    assert wait is None  # nothing else due before the next poll
     retried = json.loads(redis.rpop("queue:retries"))
     assert retried["enqueued_at"] > time.time() - 5 and retried["jid"] == "b" * 24
     scheduled = json.loads(redis.rpop("queue:default"))
@@ -49,3 +49,31 @@ def test_racing_schedulers_enqueue_each_job_exactly_once(redis):
     jobs = [json.loads(raw) for raw in redis.lrange("queue:q", 0, -1)]
     assert len(jobs) == 6000
     assert len({(job["class"], job["args"][0]) for job in jobs}) == 6000
+
+
+def test_the_scheduler_knows_when_the_next_job_within_a_poll_is_due(redis):
+    # Given a job due in half a second and one due in an hour
+    Noop.perform_in(0.5)
+    Noop.perform_in(3600)
+    # When the scheduler polls (every 2 s)
+    moved, wait = Scheduler(client=get_redis(), poll_interval_seconds=2).enqueue_due()
+    # Then nothing moved yet, and it knows to wake in half a second
+    assert moved == 0
+    assert 0.3 < wait <= 0.5
+
+
+def test_big_due_jobs_are_moved_in_calls_bounded_by_bytes(redis):
+    # Given 12 due jobs of 300 KB in the schedule set, and a member that is not JSON
+    now = time.time() - 1
+    big = {json.dumps({"class": "Big", "args": ["x" * 300_000], "jid": f"{i:024x}", "queue": "big"}): now for i in range(12)}
+    redis.zadd("schedule", {**big, b"\xff not json": now})
+    calls_before = int(redis.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+    # When the scheduler runs once
+    moved, _ = Scheduler(client=get_redis(), poll_interval_seconds=1).enqueue_due()
+    # Then every job moved, each script call carrying at most about 1 MB of jobs (two 300 KB
+    # jobs, stored and pushed), and the garbage went to the default queue as it was
+    calls = int(redis.info("commandstats")["cmdstat_evalsha"]["calls"]) - calls_before
+    assert moved == 13 and redis.zcard("schedule") == 0
+    assert redis.llen("queue:big") == 12 and calls >= 6
+    assert redis.lrange("queue:default", 0, -1) == [b"\xff not json"]
+    assert all(json.loads(raw)["enqueued_at"] > now for raw in redis.lrange("queue:big", 0, -1))

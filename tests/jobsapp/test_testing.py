@@ -47,3 +47,30 @@ def test_inline_mode_runs_through_server_middleware_and_raises(redis):
             Explode.perform_async("kaboom")
     assert redis.dbsize() == 0
     assert testing.mode() == "disabled"
+
+
+# --- the pytest fixtures (jobsapp.pytest_plugin) ---------------------------------------
+
+
+def test_jobs_fake_collects_and_starts_empty(jobs_fake, redis):
+    # Given a test that uses the fixture, When it enqueues, Then jobs are collected, not pushed
+    assert jobs_fake.mode() == "fake" and jobs_fake.jobs() == []
+    jid = ImportRow.perform_async(1)
+    assert [item["jid"] for item in jobs_fake.jobs(ImportRow)] == [jid]
+    assert redis.dbsize() == 0
+    testing._queued["leftover"].append({"class": "leftover"})  # as if a test forgot to drain
+
+
+def test_jobs_fake_is_emptied_between_tests(jobs_fake):
+    # (runs after the test above: nothing it collected is seen here)
+    assert jobs_fake.jobs() == []
+
+
+def test_jobs_inline_runs_at_once_and_the_mode_ends_with_the_test(jobs_inline):
+    with pytest.raises(ValueError, match="boom"):
+        Explode.perform_async("boom")
+    assert jobs_inline.mode() == "inline"
+
+
+def test_after_a_fixture_the_mode_is_back_to_real():
+    assert testing.mode() == "disabled"

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from jobsapp import client
-from jobsapp.retry import decompress_backtrace
+from jobsapp.error_fields import decompress_backtrace
 from tests.testapp.jobs import RAN_KEY, CustomDelay, Explode, ExplodeNoRetry, ExplodeToDead, Record, Refuse, Sleep
 from tests.workers import WorkerProcess, wait_until
 
@@ -58,8 +58,16 @@ def test_failure_goes_to_retry_with_sidekiq_fields(redis_server, redis):
 
 def test_retry_count_increments_and_exhausted_goes_dead(redis_server, redis):
     # Given a job already retried twice (retry=2 allows retry_count 0 and 1)
-    item = {"class": Explode.wire_name(), "args": ["again"], "retry": 2, "queue": "default",
-            "retry_count": 1, "failed_at": time.time() - 100, "error_message": "old", "error_class": "ValueError"}
+    item = {
+        "class": Explode.wire_name(),
+        "args": ["again"],
+        "retry": 2,
+        "queue": "default",
+        "retry_count": 1,
+        "failed_at": time.time() - 100,
+        "error_message": "old",
+        "error_class": "ValueError",
+    }
     client.push(item)
     with WorkerProcess(["-c", "1"], redis_url=redis_server.url):
         wait_until(lambda: redis.zcard("dead") == 1, message="the job is dead")
@@ -87,8 +95,8 @@ def test_custom_retry_delay(redis_server, redis):
     assert score - json.loads(member)["failed_at"] == pytest.approx(3600, abs=2)
 
 
-def test_unknown_hostile_and_malformed_payloads_go_dead_and_innocents_run(redis_server, redis):
-    # Given poison in the queue between innocent jobs
+def test_hostile_and_malformed_payloads_go_dead_unknown_classes_retry_and_innocents_run(redis_server, redis):
+    # Given poison and unknown classes in the queue between innocent jobs
     Record.perform_async("before")
     redis.lpush("queue:default", b"{not json")
     redis.lpush("queue:default", b"\xff\xfe binary")
@@ -96,15 +104,27 @@ def test_unknown_hostile_and_malformed_payloads_go_dead_and_innocents_run(redis_
     client.push({"class": "builtins.eval", "args": ["1+1"]})
     client.push({"class": "../../etc/passwd", "args": []})
     Record.perform_async("after")
+    # When a worker drains the queue
     with WorkerProcess(["-c", "2"], redis_url=redis_server.url):
-        wait_until(lambda: redis.llen(RAN_KEY) == 2 and redis.zcard("dead") == 5, message="innocents ran, poison buried")
+        wait_until(
+            lambda: redis.llen(RAN_KEY) == 2 and redis.zcard("dead") == 3 and redis.zcard("retry") == 2,
+            message="innocents ran, poison buried, unknown classes waiting for a retry",
+        )
+    # Then the innocents ran, what is not a job or not a class name is dead
     assert sorted(ran(redis)) == ["after", "before"]
     dead = [json.loads(member) for member in redis.zrange("dead", 0, -1)]
     reasons = {entry["class"]: entry["error_class"] for entry in dead}
-    assert reasons["os.system"] == "jobsapp.errors.UnknownJobClass"
+    assert reasons["../../etc/passwd"] == "jobsapp.errors.UnknownJobClass"
     assert reasons["jobsapp.MalformedPayload"] == "jobsapp.errors.MalformedPayload"
     malformed = [entry for entry in dead if entry["class"] == "jobsapp.MalformedPayload"]
     assert {entry["args"][0] for entry in malformed} == {"{not json", "\ufffd\ufffd binary"}
+    # And an unknown (but well-formed) class goes through the normal retry, as Sidekiq's NameError,
+    # saying where job classes are found; nothing was imported or run
+    retried = {entry["class"]: entry for entry in (json.loads(member) for member in redis.zrange("retry", 0, -1))}
+    assert set(retried) == {"os.system", "builtins.eval"}
+    assert retried["os.system"]["error_class"] == "jobsapp.errors.UnknownJobClass"
+    assert retried["os.system"]["retry_count"] == 0
+    assert "jobs.py" in retried["os.system"]["error_message"] and "'os.system'" in retried["os.system"]["error_message"]
 
 
 def test_scheduled_job_runs_when_due_not_before(redis_server, redis):

@@ -36,7 +36,12 @@ def demo_env(tmp_path) -> dict[str, str]:
 def run_demo(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [str(ROOT_DIR / "bin" / "demo"), "--once"],
-        cwd=ROOT_DIR, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240,
+        cwd=ROOT_DIR,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert result.returncode == 0, f"bin/demo --once failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
     return result

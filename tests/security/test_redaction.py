@@ -65,3 +65,26 @@ def test_tracking_api_and_admin_show_redacted_params(redis, django_user_model, s
     pages = admin.get(f"/admin/tracking/event/{event.pk}/change/").content.decode()
     pages += admin.get(f"/admin/tracking/task/{task.pk}/change/").content.decode()
     assert SECRET not in pages and TOKEN not in pages
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:p@ss@w0rd@127.0.0.1:6380/1", "redis://***@127.0.0.1:6380/1"),
+        ("redis://app:s3cret@redis.internal:6379/0", "redis://***@redis.internal:6379/0"),
+        ("rediss://redis.internal/0?password=s3cret&ssl_cert_reqs=none", "rediss://redis.internal/0?password=***&ssl_cert_reqs=none"),
+        ("unix:///run/redis.sock?db=2&password=p@w", "unix:///run/redis.sock?db=2&password=***"),
+        ("redis://[::1]:6379/0", "redis://[::1]:6379/0"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("redis://h:p@ss:not-a-port/0", "<unparseable Redis URL>"),
+    ],
+)
+def test_redis_urls_are_redacted_by_a_url_parser(settings, url, shown):
+    # Given a Redis URL with a password (one holding "@" used to leak its tail)
+    from jobsapp import connection
+    from jobsapp.redaction import redact_url
+
+    # Then the banners', logs' and errors' form of it hides every credential
+    assert redact_url(url) == shown
+    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": url}
+    assert connection.describe() == shown

@@ -69,3 +69,22 @@ def test_enqueueing_from_a_view_answers_503(redis_down, staff_client, settings):
     response = staff_client.post("/enqueue/")
     assert response.status_code == 503
     assert b"Redis is unavailable" in response.content
+
+
+def test_a_503_names_the_redis_address_to_staff_only(redis_down, staff_client, settings):
+    # Given Redis down behind a password that holds an "@", and a view that enqueues
+    from jobsapp import connection
+    from tests.security import enqueue_view
+
+    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": f"redis://:p@ss-w0rd@127.0.0.1:{redis_down.port}/0"}
+    connection.reset()
+    settings.ROOT_URLCONF = enqueue_view
+    # When an anonymous client and a JSON client call it, Then both read only "Redis is unavailable"
+    for response in (Client().post("/enqueue/"), Client().post("/enqueue/", HTTP_ACCEPT="application/json")):
+        assert response.status_code == 503 and response["Retry-After"]
+        assert b"Redis is unavailable" in response.content
+        assert str(redis_down.port).encode() not in response.content and b"127.0.0.1" not in response.content
+    # And staff read the address, without the password
+    staff = staff_client.post("/enqueue/")
+    assert f"127.0.0.1:{redis_down.port}".encode() in staff.content
+    assert b"p@ss" not in staff.content and b"ss-w0rd" not in staff.content

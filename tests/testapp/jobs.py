@@ -24,6 +24,7 @@ class HardWorker(Job):
 
 # --- jobs the worker tests run: each records what happened in Redis ----------------------
 
+import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
 
@@ -111,3 +112,149 @@ class RaisesUnprintable(Job):
 class RaisesKeyboardInterrupt(Job):
     def perform(self):
         raise KeyboardInterrupt
+
+
+# --- unique jobs (tests/jobsapp/test_unique.py) ------------------------------------------
+
+
+@sidekiq_options(unique_for=60)
+class UniqueRecord(Job):
+    """Unique until success; records its argument, or raises when told to."""
+
+    def perform(self, value, *, fail=False):
+        if fail:
+            raise RuntimeError("failing unique job")
+        get_redis().rpush(RAN_KEY, value)
+
+
+@sidekiq_options(unique_for=60, unique_until="start")
+class UniqueUntilStart(Job):
+    """Unique until start; records whether its own lock was still held while it ran."""
+
+    def perform(self, value):
+        held = get_redis().exists(f"jobsapp:unique:{self.item['unique_digest']}")
+        get_redis().rpush(RAN_KEY, f"{value}:held={held}")
+
+
+# --- hostile payloads (tests/security/test_hostile_*.py) ---------------------------------
+
+
+class RecordThenExplode(Job):
+    """Records each run in test:ran, then fails: how often it ran shows a hot loop."""
+
+    def perform(self, value="explode"):
+        get_redis().rpush(RAN_KEY, value)
+        raise ValueError(f"{value} failed on purpose")
+
+
+class Rendezvous(Job):
+    """Waits (up to 10 s) until ``size`` jobs of this key run at once, then records "met:<key>":
+    ``size`` of them meeting proves ``size`` processor threads are alive."""
+
+    def perform(self, key, size):
+        connection = get_redis()
+        connection.incr(key)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            if int(connection.get(key) or 0) >= size:
+                connection.rpush(RAN_KEY, f"met:{key}")
+                return
+            time.sleep(0.02)
+        connection.rpush(RAN_KEY, f"alone:{key}")
+
+
+# --- limiters (tests/jobsapp/test_limiter.py) --------------------------------------------
+
+from jobsapp import limiter  # noqa: E402
+
+API_CONCURRENT = limiter.concurrent("api", 3, lock_timeout=30)
+API_WINDOW = limiter.window("api-window", 10, 1)
+HELD_ELSEWHERE = limiter.concurrent("held-elsewhere", 1, wait_timeout=0)
+
+
+class UnderConcurrentLimit(Job):
+    """Counts how many of its kind run inside the limiter at once (test:limiter:peaks)."""
+
+    def perform(self, index):
+        connection = get_redis()
+        with API_CONCURRENT:
+            connection.rpush("test:limiter:peaks", connection.incr("test:limiter:running"))
+            time.sleep(0.02)
+            connection.decr("test:limiter:running")
+        connection.rpush(RAN_KEY, index)
+
+
+class UnderWindowLimit(Job):
+    """Records the server time at which the window admitted it (test:limiter:starts)."""
+
+    def perform(self, index):
+        with API_WINDOW as permit:
+            get_redis().rpush("test:limiter:starts", repr(permit.acquired_at))
+
+
+class QueueCapped(Job):
+    """Counts how many run at once; JOBSAPP["QUEUE_LIMITS"] caps its queue, not its code."""
+
+    def perform(self, index):
+        connection = get_redis()
+        connection.rpush("test:limiter:capped_peaks", connection.incr("test:limiter:capped_running"))
+        time.sleep(0.02)
+        connection.decr("test:limiter:capped_running")
+
+
+class NeedsHeldLimiter(Job):
+    def perform(self):
+        with HELD_ELSEWHERE:
+            get_redis().rpush(RAN_KEY, "got in")
+
+
+# --- batch callbacks (tests/tracking/test_callbacks.py) -------------------------------------
+
+
+@sidekiq_options(queue="callbacks")
+class OnComplete(Job):
+    """Records each call in Redis (test:callbacks), so worker tests can count them."""
+
+    def perform(self, task_id, counts):
+        from jobsapp.connection import get_redis
+
+        get_redis().rpush("test:callbacks", f"complete:{task_id}:{counts['total']}:{counts['finish']}")
+
+
+@sidekiq_options(queue="callbacks")
+class OnSuccess(Job):
+    def perform(self, task_id, counts):
+        from jobsapp.connection import get_redis
+
+        get_redis().rpush("test:callbacks", f"success:{task_id}:{counts['total']}")
+
+
+class Nap(Job):
+    """Sleeps without touching Redis: keeps a worker busy while Redis is frozen."""
+
+    def perform(self, seconds):
+        time.sleep(seconds)
+
+
+# --- Redis-only batches (tests/jobsapp/test_batch.py) -------------------------------------
+
+
+class BatchMember(Job):
+    """Records its value (test:ran), or fails when told to."""
+
+    def perform(self, value, *, fail=False):
+        if fail:
+            raise RuntimeError(f"batch member {value} failed")
+        get_redis().rpush(RAN_KEY, value)
+
+
+@sidekiq_options(queue="callbacks")
+class BatchComplete(Job):
+    def perform(self, bid, counts):
+        get_redis().rpush("test:batch_callbacks", json.dumps(["complete", bid, counts], sort_keys=True))
+
+
+@sidekiq_options(queue="callbacks")
+class BatchSuccess(Job):
+    def perform(self, bid, counts):
+        get_redis().rpush("test:batch_callbacks", json.dumps(["success", bid, counts], sort_keys=True))

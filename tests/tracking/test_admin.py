@@ -89,3 +89,29 @@ def test_retry_action_pushes_errored_jobs_again_under_the_same_jid(admin_client,
     run_item({**again, "class": Succeeds.wire_name()})
     task.refresh_from_db()
     assert task.status == "finished" and task.counts["finish"] == 2
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_task_list_fits_a_1280_pixel_screen(browser, live_server, client, django_user_model):
+    # Given tasks with long names, a long owner name and four-digit counts
+    from urllib.parse import urlparse
+
+    owner = django_user_model.objects.create_user("a-rather-long-username", is_staff=True, is_superuser=True)
+    for index in range(2):
+        task = Task.objects.launch(Succeeds, [[number] for number in range(1234)], owner=owner, name=f"Import the catalogue {index}")
+        recorder.record(Event.objects.filter(task=task).values_list("job_id", flat=True).first(), recorder.FAILED_ON_PURPOSE, message="x")
+    client.force_login(owner)
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "domain": urlparse(live_server.url).hostname, "path": "/"}]
+    )
+    page = context.new_page()
+    # When staff open the task list at 1280 px (the admin's navigation and filters open)
+    page.goto(f"{live_server.url}/admin/tracking/task/")
+    # Then no column is cut off: the results box does not scroll sideways
+    scroll_width, client_width = page.evaluate(
+        "(() => { const r = document.querySelector('.results'); return [r.scrollWidth, r.clientWidth]; })()"
+    )
+    assert scroll_width <= client_width, (scroll_width, client_width)
+    assert "1 / 1,234 settled" in page.text_content("#result_list") and "1 failed" in page.text_content("#result_list")

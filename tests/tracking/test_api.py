@@ -1,4 +1,4 @@
-"""The tracking API of shared/DESIGN.md §5: shapes, owner scoping, 404s, pagination, filters,
+"""The tracking API of docs/tracking-api.md: shapes, owner scoping, 404s, pagination, filters,
 ETag/304, throttling, authentication and the OpenAPI schema."""
 
 from __future__ import annotations
@@ -217,3 +217,50 @@ def test_crash_text_reaches_staff_but_only_its_class_reaches_the_owner(api, ann,
     staff = APIClient()
     staff.force_authenticate(ops)
     assert "s3cret" in staff.get(f"/api/events/{job}/").json()["messages"][-1]["message"]
+
+
+def progress_entry(done: int, total: int, unit: str = "batch") -> dict:
+    entry = recorder.message_entry(recorder.WORKING, f"{unit} {done} of {total}")
+    entry["done"], entry["total"] = done, total
+    return entry
+
+
+def test_running_jobs_and_their_reported_fractions_come_with_running_1(api, ann):
+    # Given a one-job task whose job reports 3 of 4 batches
+    task = make_task(ann, size=1)
+    [jid] = job_ids(task)
+    recorder.record(jid, recorder.START)
+    recorder.record(jid, recorder.MESSAGES_ONLY, entries=[progress_entry(1, 4), progress_entry(3, 4)])
+    # When the progress page polls with ?running=1
+    body = api.get(f"/api/tasks/{task.pk}/?running=1").json()
+    # Then the running job's latest message and fraction count toward the task
+    assert body["running"] == [{"job_id": jid, "message": "batch 3 of 4", "fraction": 0.75}]
+    assert body["running_progress"] == 0.75 and body["progress"] == 0.0
+    # And the plain summary keeps the contract's shape and its single query
+    plain = api.get(f"/api/tasks/{task.pk}/")
+    assert "running" not in plain.json()
+    assert plain["ETag"] != api.get(f"/api/tasks/{task.pk}/?running=1")["ETag"]
+    # And a progress message changes the ETag, so a poll sees it
+    etag = api.get(f"/api/tasks/{task.pk}/?running=1")["ETag"]
+    recorder.record(jid, recorder.MESSAGES_ONLY, entries=[progress_entry(4, 4)])
+    again = api.get(f"/api/tasks/{task.pk}/?running=1", HTTP_IF_NONE_MATCH=etag)
+    assert again.status_code == 200 and again.json()["running"][0]["fraction"] == 1.0
+    # And the events API shows messages in the contract's three fields only
+    [event] = api.get(f"/api/tasks/{task.pk}/events/").json()["results"]
+    assert all(set(entry) == {"at", "status", "message"} for entry in event["messages"])
+
+
+def test_report_progress_records_the_fraction(ann):
+    from tests.tracking.jobs import Succeeds as Job
+    from tracking.progress import EventHandle
+
+    task = make_task(ann, size=1)
+    [jid] = job_ids(task)
+    job = Job()
+    job.task_event = EventHandle(jid, flush_interval_seconds=3600)
+    job.task_event.start()
+    job.report_progress(3, 4, unit="batch")
+    job.task_event.end(recorder.FINISHED)
+    stored = Event.objects.get(job_id=jid).messages
+    reported = [entry for entry in stored if "done" in entry]
+    assert [(entry["message"], entry["done"], entry["total"]) for entry in reported] == [("batch 3 of 4", 3, 4)]

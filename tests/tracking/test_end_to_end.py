@@ -22,9 +22,6 @@ from tracking.models import Event, Task
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-
-
-
 @pytest.fixture
 def worker(transactional_db, redis_server) -> Iterator[WorkerProcess]:
     """A worker process with the tracking middleware, on the test database and Redis."""

@@ -82,3 +82,34 @@ def test_page_of_someone_elses_task_is_404(browser, live_server, client, django_
     response = context.new_page().goto(f"{live_server.url}/tasks/{task.pk}/")
     assert response.status == 404
     context.close()
+
+
+def test_page_counts_reported_progress_and_colours_failures(browser, live_server, client, django_user_model, settings):
+    settings.TRACKING = {"PAGE_POLL_INTERVAL_MILLISECONDS": 150}
+    # Given a one-job task whose job is running and reports 3 of 4 batches
+    owner = django_user_model.objects.create_user("ann")
+    task = Task.objects.launch(Succeeds, [[1]], owner=owner, name="Export")
+    [jid] = Event.objects.filter(task=task).values_list("job_id", flat=True)
+    recorder.record(jid, recorder.START)
+    entry = recorder.message_entry(recorder.WORKING, "batch 3 of 4")
+    entry["done"], entry["total"] = 3, 4
+    recorder.record(jid, recorder.MESSAGES_ONLY, entries=[entry])
+    client.force_login(owner)
+    context = browser.new_context()
+    context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "domain": urlparse(live_server.url).hostname, "path": "/"}]
+    )
+    page = context.new_page()
+    # When its owner opens the page, Then the bar shows 75 % and the job's latest message
+    page.goto(f"{live_server.url}/tasks/{task.pk}/")
+    page.wait_for_function("document.getElementById('progress-bar').getAttribute('aria-valuenow') === '75'")
+    assert "batch 3 of 4" in page.text_content("#running")
+    # When the job then fails on purpose, Then the whole bar is the failed share, in the admin's orange
+    recorder.record(jid, recorder.FAILED_ON_PURPOSE, message="no export for you")
+    page.wait_for_function("document.getElementById('task-progress').dataset.polling === 'stopped'", timeout=10_000)
+    assert page.get_attribute("#progress-bar", "aria-valuenow") == "100"
+    assert page.evaluate("document.getElementById('progress-failed').style.width") == "100%"
+    assert page.evaluate("getComputedStyle(document.getElementById('progress-failed')).backgroundColor") == "rgb(217, 130, 43)"
+    assert page.evaluate("document.getElementById('progress-fill').style.width") == "0%"
+    assert page.is_hidden("#running-section")
+    context.close()

@@ -1,10 +1,13 @@
 """``python manage.py jobs``: the operators' command line, a thin edge over ``jobsapp.api``.
 
 Subcommands: ``stats``, ``queues``, ``processes``, ``retry`` / ``dead`` (``list``, ``retry-all``,
-``clear``), ``schedule``, ``pause`` / ``resume QUEUE``, ``quiet`` / ``stop IDENTITY``. Output is
+``clear``), ``schedule``, ``results [JID]``, ``periodic`` (``list``, ``enable`` / ``disable`` /
+``run NAME``), ``limits``, ``unique``, ``batch BID``, ``pause`` / ``resume QUEUE``, ``quiet`` /
+``stop IDENTITY``. Output is
 an aligned table, or JSON with ``--json`` (one document per call, for scripts). Arguments are
 shown redacted and truncated, as in the dashboard. ``clear`` asks for ``--yes``: it deletes jobs.
-Redis down is a CommandError naming the server, exit status 1.
+Redis down is a CommandError naming the server, exit status 1. ``--shard NAME`` (before the
+subcommand) looks at one Redis of ``JOBSAPP["SHARDS"]`` instead of the default one.
 """
 
 from __future__ import annotations
@@ -12,23 +15,22 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from jobsapp import api
-from jobsapp.errors import RedisUnavailable
+from jobsapp import api, shards
+from jobsapp.errors import RedisUnavailable, UnknownShard
 
 ARGS_MAX_CHARS = 60
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, numeric: Sequence[str] = ()) -> str:
     """Columns padded to their widest cell; numeric columns right-aligned."""
-    cells = [[str(header) for header in headers]] + [
-        ["" if cell is None else str(cell) for cell in row] for row in rows
-    ]
+    cells = [[str(header) for header in headers]] + [["" if cell is None else str(cell) for cell in row] for row in rows]
     widths = [max(len(row[index]) for row in cells) for index in range(len(headers))]
     lines = []
     for row_number, row in enumerate(cells):
@@ -43,9 +45,19 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, numer
 
 
 def _iso(epoch: float | None) -> str:
+    """ISO 8601 UTC; "" for no time and for a time no calendar holds (a score of 1e308, inf, nan
+    written by another client)."""
     if not epoch:
         return ""
-    return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    try:
+        return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return ""
+
+
+def _finite(number: float) -> float | None:
+    """A score as a JSON number, or null when it is inf or nan (JSON has neither)."""
+    return number if math.isfinite(number) else None
 
 
 def _entry_json(entry: api.SortedEntry) -> dict[str, Any]:
@@ -53,7 +65,7 @@ def _entry_json(entry: api.SortedEntry) -> dict[str, Any]:
         "jid": entry.jid,
         "class": entry.display_class,
         "queue": entry.queue,
-        "at": entry.score,
+        "at": _finite(entry.score),
         "args": entry.display_args,
         "kwargs": entry.display_kwargs,
         "error_class": entry.error_class or None,
@@ -68,6 +80,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.add_argument("--shard", default=None, help="the Redis of JOBSAPP['SHARDS'] to look at (default: 'default')")
         commands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
 
         def add(name: str, **kwargs: Any) -> CommandParser:
@@ -86,6 +99,18 @@ class Command(BaseCommand):
             set_parser.add_argument("--yes", action="store_true", help="confirm clear")
         schedule_parser = add("schedule", help="list scheduled jobs")
         self._filters(schedule_parser)
+        results_parser = add("results", help="finished jobs pushed with retain, or one job's result by jid")
+        results_parser.add_argument("jid", nargs="?", default=None, help="show this job's result (any status)")
+        results_parser.add_argument("--status", choices=["succeeded", "failed"], default=None, help="only this outcome")
+        results_parser.add_argument("--limit", type=int, default=50, help="at most this many rows (default 50)")
+        periodic_parser = add("periodic", help="periodic jobs (ours and sidekiq-cron's): list, enable, disable, run now")
+        periodic_parser.add_argument("action", nargs="?", default="list", choices=["list", "enable", "disable", "run"])
+        periodic_parser.add_argument("name", nargs="?", help="the periodic job (for enable, disable, run)")
+        add("limits", help="rate and concurrency limiters: limit, in use, refusals")
+        add("batch", help="a Redis-only batch (jobsapp.batch): total, pending, succeeded, failed").add_argument("bid")
+        unique_parser = add("unique", help="live locks of unique jobs: list, or release DIGEST by hand")
+        unique_parser.add_argument("action", nargs="?", default="list", choices=["list", "release"])
+        unique_parser.add_argument("digest", nargs="?", help="the lock to release")
         for name, what in (("pause", "stop fetching from"), ("resume", "resume fetching from")):
             add(name, help=f"{what} a queue").add_argument("queue")
         for name, what in (("quiet", "TSTP: stop fetching"), ("stop", "TERM: shut down")):
@@ -96,18 +121,24 @@ class Command(BaseCommand):
         parser.add_argument("--class", dest="class_name", default=None, help="only this job class")
         parser.add_argument("--grep", default=None, help="only jobs whose args/error/jid contain this text")
         parser.add_argument("--limit", type=int, default=50, help="at most this many rows (default 50)")
+        parser.add_argument(
+            "--from",
+            dest="from_rank",
+            type=int,
+            default=0,
+            help="with --class/--grep: where to continue looking (printed when a search stops before the end of a big set)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.as_json = bool(options["json"])
         handler = getattr(self, "do_" + options["subcommand"])
         try:
-            handler(options)
-        except RedisUnavailable as error:  # nothing was changed
+            with shards.using(options.get("shard") or shards.current()):
+                handler(options)
+        except (RedisUnavailable, UnknownShard) as error:  # nothing was changed
             raise CommandError(str(error)) from error
 
-    def emit(
-        self, document: Any, headers: Sequence[str], rows: Sequence[Sequence[Any]], *, numeric: Sequence[str] = ()
-    ) -> None:
+    def emit(self, document: Any, headers: Sequence[str], rows: Sequence[Sequence[Any]], *, numeric: Sequence[str] = ()) -> None:
         if self.as_json:
             self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str))
         elif rows:
@@ -148,10 +179,7 @@ class Command(BaseCommand):
             }
             for queue in summaries
         ]
-        rows = [
-            (queue.name, queue.size, f"{queue.latency_seconds:.1f}", "paused" if queue.paused else "")
-            for queue in summaries
-        ]
+        rows = [(queue.name, queue.size, f"{queue.latency_seconds:.1f}", "paused" if queue.paused else "") for queue in summaries]
         self.emit(document, ["queue", "size", "latency_s", "state"], rows, numeric=["size", "latency_s"])
 
     def do_processes(self, options: dict[str, Any]) -> None:
@@ -191,8 +219,18 @@ class Command(BaseCommand):
 
     def _list(self, job_set: api.JobSet, options: dict[str, Any]) -> None:
         limit = max(int(options["limit"]), 1)
-        page = job_set.page(1, limit, class_name=options["class_name"], substring=options["grep"])
-        document = {"total": page.total, "jobs": [_entry_json(entry) for entry in page.entries]}
+        search = None
+        if options["class_name"] or options["grep"]:
+            # bounded: examines at most api.FILTER_SCAN_BUDGET entries, then says where to go on
+            search = job_set.search(
+                class_name=options["class_name"], substring=options["grep"], start_rank=options.get("from_rank") or 0, limit=limit
+            )
+            page = api.Page(search.entries, len(search.entries), 1, limit)
+        else:
+            page = job_set.page(1, limit)
+        document: dict[str, Any] = {"total": page.total, "jobs": [_entry_json(entry) for entry in page.entries]}
+        if search is not None:
+            document.update(scanned_from=search.start_rank, scanned_to=search.end_rank, size=search.size, next_from=search.next_rank)
         with_errors = not isinstance(job_set, api.ScheduledSet)
         rows = []
         for entry in page.entries:
@@ -206,11 +244,14 @@ class Command(BaseCommand):
             if with_errors:
                 row += [entry.error_class, (entry.error_message or "")[:60], entry.retry_count]
             rows.append(row)
-        headers = ["at", "jid", "class", "queue", "args"] + (
-            ["error", "message", "retries"] if with_errors else []
-        )
+        headers = ["at", "jid", "class", "queue", "args"] + (["error", "message", "retries"] if with_errors else [])
         self.emit(document, headers, rows, numeric=["retries"])
-        if not self.as_json and page.total > len(page.entries):
+        if self.as_json:
+            return
+        if search is not None:
+            more = f"; look further with --from {search.next_rank}" if search.next_rank is not None else ""
+            self.stdout.write(f"({len(page.entries)} matching among jobs {search.start_rank + 1}-{search.end_rank} of {search.size}{more})")
+        elif page.total > len(page.entries):
             self.stdout.write(f"({len(page.entries)} of {page.total} shown; use --limit)")
 
     def _set_command(self, job_set: api.JobSet, options: dict[str, Any]) -> None:
@@ -234,6 +275,146 @@ class Command(BaseCommand):
 
     def do_schedule(self, options: dict[str, Any]) -> None:
         self._list(api.ScheduledSet(), options)
+
+    def do_results(self, options: dict[str, Any]) -> None:
+        jid = options["jid"]
+        if jid:
+            result = api.CompletedSet.get(jid)
+            if result is None:
+                raise CommandError(f"no result kept for job {jid!r} (not pushed with retain, expired, or unknown)")
+            document = {**result.as_dict(), "args": api.redact(result.args), "kwargs": api.redact(result.kwargs)}
+            if self.as_json:
+                self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+            else:
+                rows: list[tuple[Any, ...]] = [(name, "" if value is None else value) for name, value in document.items()]
+                self.stdout.write(render_table(["field", "value"], rows))
+                if result.error_traceback:
+                    self.stdout.write(result.error_traceback.rstrip())
+            return
+        page = api.CompletedSet().page(1, max(int(options["limit"]), 1), status=options["status"])
+        document_list = [
+            {**result.as_dict(), "args": api.redact(result.args), "kwargs": api.redact(result.kwargs)} for result in page.entries
+        ]
+        rows = [
+            (
+                _iso(result.finished_at),
+                result.jid,
+                result.job_class,
+                result.status,
+                result.attempts,
+                json.dumps(api.redact(result.args), ensure_ascii=False)[:ARGS_MAX_CHARS],
+                (result.error_class if result.failed else json.dumps(result.value, ensure_ascii=False, default=str))[:ARGS_MAX_CHARS],
+            )
+            for result in page.entries
+        ]
+        headers = ["finished", "jid", "class", "status", "attempts", "args", "result"]
+        self.emit({"total": page.total, "jobs": document_list}, headers, rows, numeric=["attempts"])
+        if not self.as_json and page.total > len(page.entries):
+            self.stdout.write(f"({len(page.entries)} of {page.total} shown; use --limit)")
+
+    def do_periodic(self, options: dict[str, Any]) -> None:
+        action, name = options["action"], options["name"]
+        if action == "list":
+            jobs = api.PeriodicSet.all()
+            document = [
+                {
+                    "name": job.name,
+                    "class": job.job_class,
+                    "schedule": job.schedule,
+                    "queue": job.queue,
+                    "enabled": job.enabled,
+                    "source": "jobsapp" if job.ours else "sidekiq-cron",
+                    "last_enqueued_at": job.last_enqueued_at,
+                    "next_run_at": job.next_run_at,
+                    "last_outcome": job.last_outcome or None,
+                }
+                for job in jobs
+            ]
+            rows = [
+                (
+                    job.name,
+                    job.job_class,
+                    job.schedule,
+                    job.queue,
+                    "enabled" if job.enabled else "disabled",
+                    _iso(job.last_enqueued_at),
+                    _iso(job.next_run_at),
+                    job.last_outcome,
+                )
+                for job in jobs
+            ]
+            self.emit(document, ["name", "class", "schedule", "queue", "state", "last_run", "next_run", "last_outcome"], rows)
+            return
+        if not name:
+            raise CommandError(f"periodic {action} needs the job's name (see: manage.py jobs periodic)")
+        if action == "run":
+            jid = api.PeriodicSet.run_now(name)
+            if jid is None:
+                raise CommandError(f"no periodic job {name!r} (see: manage.py jobs periodic)")
+            self.say({"name": name, "jid": jid}, f"Enqueued {name} now as {jid}.")
+            return
+        if not api.PeriodicSet.set_enabled(name, action == "enable"):
+            raise CommandError(f"no periodic job {name!r} (see: manage.py jobs periodic)")
+        self.say({"name": name, "enabled": action == "enable"}, f"{action.capitalize()}d {name}.")
+
+    def do_limits(self, options: dict[str, Any]) -> None:
+        states = api.LimiterSet.all()
+        document = [
+            {
+                "name": state.name,
+                "kind": state.kind,
+                "limit": state.limit,
+                "per_seconds": state.per_seconds,
+                "in_use": state.in_use,
+                "over_limit": state.over_limit,
+            }
+            for state in states
+        ]
+        rows = [
+            (
+                state.name,
+                state.kind,
+                state.limit,
+                "" if state.per_seconds is None else f"{state.per_seconds:g}",
+                state.in_use,
+                state.over_limit,
+            )
+            for state in states
+        ]
+        self.emit(
+            document, ["name", "kind", "limit", "per_s", "in_use", "over_limit"], rows, numeric=["limit", "per_s", "in_use", "over_limit"]
+        )
+
+    def do_batch(self, options: dict[str, Any]) -> None:
+        from jobsapp.batch import BatchStatus
+
+        status = BatchStatus.read(options["bid"])
+        if status is None:
+            raise CommandError(f"no batch {options['bid']!r} (unknown, or expired)")
+        document = {
+            "bid": status.bid,
+            "description": status.description,
+            "total": status.total,
+            "pending": status.pending,
+            "succeeded": status.succeeded,
+            "failed": status.failed,
+            "complete": status.complete,
+            "success": status.success,
+        }
+        self.emit(document, ["field", "value"], list(document.items()))
+
+    def do_unique(self, options: dict[str, Any]) -> None:
+        if options["action"] == "release":
+            if not options["digest"]:
+                raise CommandError("unique release needs the lock's digest (see: manage.py jobs unique)")
+            if not api.UniqueLocks.release(options["digest"]):
+                raise CommandError(f"no unique lock {options['digest']!r}")
+            self.say({"released": options["digest"]}, f"Released {options['digest']}.")
+            return
+        locks = api.UniqueLocks.all()
+        document = [{"digest": lock.digest, "jid": lock.jid, "expires_in_seconds": lock.expires_in_seconds} for lock in locks]
+        rows = [(lock.digest, lock.jid, f"{lock.expires_in_seconds:.0f}") for lock in locks]
+        self.emit(document, ["digest", "held_by_jid", "expires_in_s"], rows, numeric=["expires_in_s"])
 
     # --- acting -------------------------------------------------------------------------
 

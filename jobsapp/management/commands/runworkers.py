@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from jobsapp import connection, registry
+from jobsapp import connection, logs, registry, shards
 from jobsapp.conf import jobs_settings
+from jobsapp.errors import UnknownShard
 from jobsapp.fetch import QueueOrder
-from jobsapp.launcher import WorkerOptions, run
+from jobsapp.launcher import MAX_CONCURRENCY, WorkerOptions, default_processes, limits_problem, run
 
 
 class Command(BaseCommand):
@@ -29,12 +29,22 @@ class Command(BaseCommand):
             help="queue to process, repeatable; weights make the order weighted-random, "
             "no weights means strict order (default: JOBSAPP['QUEUES'])",
         )
-        parser.add_argument("-c", "--concurrency", type=int, help="processor threads per process (default 10)")
-        parser.add_argument("-P", "--processes", type=int, help="worker processes to fork (default 1)")
+        parser.add_argument("-c", "--concurrency", type=int, help=f"processor threads per process (default 10, at most {MAX_CONCURRENCY})")
+        parser.add_argument("-P", "--processes", type=int, help="worker processes to fork (default: one per CPU)")
         parser.add_argument("-t", "--timeout", type=float, help="seconds to wait for running jobs at shutdown (default 25)")
         parser.add_argument("-g", "--tag", help="a tag shown with the process in the dashboards")
         parser.add_argument("--label", action="append", default=None, help="a label for the process, repeatable")
         parser.add_argument("--fetch", choices=["reliable", "basic"], help="fetch strategy (default reliable)")
+        parser.add_argument(
+            "--shard",
+            help="the Redis of JOBSAPP['SHARDS'] to serve (default: 'default'); without -q, the queues routed to it",
+        )
+        parser.add_argument(
+            "--log-format",
+            choices=list(logs.FORMATS),
+            help="text or json, for the handler installed when the project has not configured the jobsapp loggers "
+            "(default JOBSAPP['LOG_FORMAT'])",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.check(tags=["jobsapp"])
@@ -42,10 +52,17 @@ class Command(BaseCommand):
         def given(name: str, default: Any) -> Any:
             return default if options[name] is None else options[name]
 
+        if options["shard"] is not None:
+            try:
+                shards.use_for_process(options["shard"])  # inherited by the -P children
+            except UnknownShard as exc:
+                raise CommandError(str(exc)) from None
+        shard_queues = shards.routed_queues(shards.current())
+
         worker_options = WorkerOptions(
-            queues=given("queues", list(jobs_settings.QUEUES)),
+            queues=given("queues", shard_queues or list(jobs_settings.QUEUES)),
             concurrency=given("concurrency", int(jobs_settings.CONCURRENCY)),
-            processes=given("processes", int(jobs_settings.PROCESSES)),
+            processes=given("processes", int(jobs_settings.PROCESSES or default_processes())),
             timeout_seconds=given("timeout", float(jobs_settings.SHUTDOWN_TIMEOUT_SECONDS)),
             tag=given("tag", str(jobs_settings.TAG)),
             labels=given("label", list(jobs_settings.LABELS)),
@@ -55,12 +72,12 @@ class Command(BaseCommand):
             order = QueueOrder.parse(worker_options.queues)
         except ValueError as exc:
             raise CommandError(f"bad -q value: {exc}") from None
-        if worker_options.concurrency < 1 or worker_options.processes < 1:
-            raise CommandError("-c and -P must be at least 1")
+        problem = limits_problem(worker_options)
+        if problem is not None:
+            raise CommandError(problem)
         if worker_options.timeout_seconds < 0:
             raise CommandError("-t must not be negative")
-        if options["verbosity"] >= 2:
-            logging.getLogger("jobsapp").setLevel(logging.DEBUG)
+        logs.configure(verbosity=options["verbosity"], log_format=options["log_format"] or str(jobs_settings.LOG_FORMAT))
         self.stdout.write(
             "jobsapp workers\n"
             f"  redis:       {connection.describe()}\n"

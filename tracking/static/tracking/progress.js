@@ -4,7 +4,7 @@
 (function () {
   "use strict";
   var root = document.getElementById("task-progress");
-  var summaryUrl = root.dataset.summaryUrl;
+  var summaryUrl = root.dataset.summaryUrl + "?running=1";  // one poll: counts and running jobs
   var eventsUrl = root.dataset.eventsUrl;
   var intervalMs = Number(root.dataset.pollInterval) || 1000;
   var maxProblemPages = 5;
@@ -21,16 +21,46 @@
     node.textContent = text || "";
   }
 
+  function share(count, total) { return total ? Math.max(0, Math.min(100, count * 100 / total)) : 0; }
+
+  function renderRunning(running) {
+    var list = byId("running");
+    list.replaceChildren();
+    (running || []).forEach(function (job) {
+      var item = document.createElement("li");
+      item.dataset.jobId = job.job_id;
+      var head = document.createElement("span");
+      head.className = "job";
+      head.textContent = job.job_id + (job.fraction === null ? "" : " · " + Math.round(job.fraction * 100) + "%");
+      item.appendChild(head);
+      item.appendChild(document.createTextNode(job.message || "started"));
+      list.appendChild(item);
+    });
+    byId("running-section").hidden = !(running && running.length);
+  }
+
   function renderSummary(task) {
-    var percent = Math.round(task.progress * 1000) / 10;
+    // Settled jobs count whole; running ones by the fraction they reported (report_progress).
+    var settledJobs = task.progress * task.total;
+    var partialJobs = Math.min(task.running_progress || 0, Math.max(0, task.total - settledJobs));
+    var percent = task.total ? Math.round((settledJobs + partialJobs) * 1000 / task.total) / 10 : Math.round(task.progress * 1000) / 10;
     var settled = task.counts.finish + task.counts.failed + (task.status === "finished" ? task.counts.error : 0);
     setText("task-name", task.name);
     var badge = byId("task-status");
     badge.textContent = task.status;
     badge.className = "status " + task.status;
-    byId("progress-fill").style.width = percent + "%";
+    var failedShare = share(task.counts.failed, task.total);
+    var errorShare = share(Math.max(0, settledJobs - task.counts.finish - task.counts.failed), task.total);
+    var finishShare = task.total ? share(task.counts.finish, task.total) : percent;
+    byId("progress-fill").style.width = finishShare + "%";
+    byId("progress-failed").style.width = failedShare + "%";
+    byId("progress-error").style.width = errorShare + "%";
+    byId("progress-partial").style.width = share(partialJobs, task.total) + "%";
     byId("progress-bar").setAttribute("aria-valuenow", String(percent));
-    setText("progress-text", percent + "% — " + Math.round(task.progress * task.total) + " of " + task.total + " jobs settled");
+    byId("progress-bar").dataset.problems = String(task.counts.failed + task.counts.error);
+    renderRunning(task.running);
+    setText("progress-text", percent + "% — " + Math.round(settledJobs) + " of " + task.total + " jobs settled" +
+      (task.running && task.running.length ? ", " + task.running.length + " running" : ""));
     ["enqueue", "working", "finish", "failed", "error"].forEach(function (status) {
       setText("count-" + status, String(task.counts[status]));
     });

@@ -1,0 +1,377 @@
+"""jobsapp and real Sidekiq 6.4, side by side (run by hand, not a test):
+``.venv/bin/python -m bench.side_by_side``.
+
+One throwaway redis-server for both systems (flushed between runs), the same processes x threads
+(Sidekiq OSS has no swarm: ``-P 2`` means two ``sidekiq`` commands), the same job bodies
+(``bench/jobs.py`` and ``bench/sidekiq/jobs.rb``), each system's own client to enqueue (a Ruby
+producer, ``bench/sidekiq/producer.rb``, for Sidekiq). Job kinds:
+
+- ``empty``: ``perform`` does nothing;
+- ``incr``: one Redis ``INCR`` on the job's own pool connection (one round trip);
+- ``sleep``: a 1 ms I/O wait;
+- ``cpu``: a fixed loop calibrated to ~100 us in each language, then one ``INCR``.
+
+Two clocks per drain of ``--jobs`` jobs:
+
+- *from launch*: the jobs wait in the queue, the clock starts when the worker command is spawned
+  (start-up included) and stops when all are done;
+- *warm*: workers registered and idle for a second; the jobs are pushed to a staging queue and
+  ``RENAME``d onto the served queue at once; the clock starts at the rename.
+
+"Done" is jobsapp's ``stat:processed`` (written by its batched acks) and, for Sidekiq (whose
+``stat:processed`` is flushed every 5 s), an in-memory counter per process written to Redis every
+5 ms by a thread (``bench/sidekiq/jobs.rb``). Also measured: enqueue one at a time and in bulk
+(1,000 per call), latency enqueue -> start at a steady 200 jobs/s (p50/p99), and the RSS and PSS
+of every process of each system after a warm drain (jobsapp's ``-P`` supervisor included).
+
+Each round runs every system once per job kind and configuration, in a rotating order, so noise
+from a shared machine falls on all columns alike; the table shows medians over ``--rounds`` and
+ratios to Sidekiq from the same run. Options: ``--jobs``, ``--rounds``, ``--kinds``,
+``--systems``, ``--configs`` (``PxC`` for every kind), ``--sweep`` (also ``1x20``, and ``4x5`` on the
+``incr`` job, for Sidekiq and jobsapp's reliable fetch: each system's best split of 20 threads),
+``--latency-seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+RUBY_DIR = ROOT / "bench" / "sidekiq"
+sys.path.insert(0, str(ROOT))
+os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+
+from tests.redis_server import RedisServer  # noqa: E402
+
+#: kind -> (Ruby class, Python class name in bench.jobs)
+KINDS = {"empty": "NoopJob", "incr": "IncrJob", "sleep": "SleepJob", "cpu": "CpuJob"}
+SYSTEMS = {"sidekiq": "Sidekiq 6.4", "reliable": "jobsapp reliable", "basic": "jobsapp --fetch basic"}
+SWEEP_CONFIGS = [(1, 20), (4, 5)]
+SERVED_QUEUE = "bench"
+STAGING_QUEUE = "staging"
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
+
+
+def session_pids(leader: int) -> list[int]:
+    """Every live process whose session is ``leader``'s (a worker command and what it forked)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == leader and fields[0] != "Z":  # field 6 (session), after the name
+            pids.append(int(entry.name))
+    return pids
+
+
+def memory_kib(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) in KiB from /proc/<pid>/smaps_rollup."""
+    values = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("Rss", "Pss"):
+            values[name] = int(rest.split()[0])
+    return values["Rss"], values["Pss"]
+
+
+@dataclass
+class Fleet:
+    """One system's worker commands for one configuration."""
+
+    system: str
+    processes: int
+    threads: int
+    redis_url: str
+    client: redis.Redis
+
+    def __post_init__(self) -> None:
+        self.commands: list[subprocess.Popen[bytes]] = []
+
+    def launch(self) -> None:
+        env = {**os.environ, "REDIS_URL": self.redis_url, "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "bench.settings"}
+        if self.system == "sidekiq":
+            command = ["sidekiq", "-r", str(RUBY_DIR / "jobs.rb"), "-c", str(self.threads), "-q", SERVED_QUEUE, "-t", "5"]
+            copies = self.processes
+        else:
+            command = [sys.executable, str(ROOT / "manage.py"), "runworkers", "-P", str(self.processes), "-c", str(self.threads)]
+            command += ["-q", SERVED_QUEUE, "--fetch", self.system, "-t", "5"]
+            copies = 1
+        for _ in range(copies):
+            self.commands.append(
+                subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            )
+
+    def done(self) -> int:
+        if self.system == "sidekiq":
+            values = self.client.mget([f"bench:sidekiq:done:{command.pid}" for command in self.commands])
+            return sum(int(value or 0) for value in values)
+        return int(self.client.get("stat:processed") or 0)
+
+    def wait_registered(self) -> None:
+        deadline = time.monotonic() + 60
+        while self.client.scard("processes") < self.processes:
+            if time.monotonic() > deadline or any(command.poll() is not None for command in self.commands):
+                raise RuntimeError(f"{self.system} workers did not start")
+            time.sleep(0.05)
+
+    def wait_done(self, target: int, *, timeout_seconds: float) -> None:
+        deadline = time.monotonic() + timeout_seconds
+        while self.done() < target:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.system}: only {self.done()} of {target} jobs done in {timeout_seconds:.0f} s")
+            time.sleep(0.002)
+
+    def memory(self) -> tuple[list[int], list[int]]:
+        rss, pss = [], []
+        for command in self.commands:
+            for pid in session_pids(command.pid):
+                try:
+                    one_rss, one_pss = memory_kib(pid)
+                except (OSError, KeyError):
+                    continue
+                rss.append(one_rss)
+                pss.append(one_pss)
+        return rss, pss
+
+    def stop(self) -> None:
+        for command in self.commands:
+            try:
+                os.killpg(command.pid, 15)
+            except ProcessLookupError:
+                pass
+        for command in self.commands:
+            try:
+                command.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(command.pid, 9)
+                command.wait()
+
+
+class Bench:
+    def __init__(self, options: argparse.Namespace, server: RedisServer) -> None:
+        from jobsapp.connection import get_redis
+
+        self.options = options
+        self.server = server
+        self.client = get_redis()
+        self.results: dict[tuple[str, str], list[float]] = {}
+        self.ruby_env = {**os.environ, "REDIS_URL": server.url}
+        self.ruby_iterations = int(self.ruby("calibrate", "100").strip())
+        self.python_iterations = calibrate_python(100)
+
+    def record(self, measure: str, system: str, value: float) -> None:
+        self.results.setdefault((measure, system), []).append(value)
+
+    def ruby(self, *args: str) -> str:
+        return subprocess.run(
+            ["ruby", str(RUBY_DIR / "producer.rb"), *args], env=self.ruby_env, check=True, capture_output=True, text=True
+        ).stdout
+
+    def stage(self, system: str, kind: str, count: int) -> None:
+        """``count`` jobs of ``kind`` in the staging queue, pushed by the system's own client."""
+        if system == "sidekiq":
+            args = [self.ruby_iterations] if kind == "cpu" else []
+            self.ruby("stage", str(count), KINDS[kind], STAGING_QUEUE, json.dumps(args))
+            return
+        from bench import jobs
+
+        args = [self.python_iterations] if kind == "cpu" else []
+        getattr(jobs, KINDS[kind]).set(queue=STAGING_QUEUE).perform_bulk([list(args) for _ in range(count)])
+
+    def release(self) -> None:
+        self.client.rename(f"queue:{STAGING_QUEUE}", f"queue:{SERVED_QUEUE}")
+
+    def drain(self, system: str, kind: str, processes: int, threads: int, *, extras: bool) -> None:
+        count = self.options.jobs
+        config = f"{processes}x{threads}"
+        self.client.flushall()
+        fleet = Fleet(system, processes, threads, self.server.url, self.client)
+        timeout = 60 + count / 200
+        try:
+            # from launch: the jobs wait in the queue before the workers exist
+            self.stage(system, kind, count)
+            self.release()
+            started = time.perf_counter()
+            fleet.launch()
+            fleet.wait_done(count, timeout_seconds=timeout)
+            self.record(f"{kind} job, from launch, {config}", system, count / (time.perf_counter() - started))
+            # warm: registered, idle for a second, then every job appears at once
+            fleet.wait_registered()
+            time.sleep(1.0)
+            self.stage(system, kind, count)
+            before = fleet.done()
+            started = time.perf_counter()
+            self.release()
+            fleet.wait_done(before + count, timeout_seconds=timeout)
+            self.record(f"{kind} job, warm, {config}", system, count / (time.perf_counter() - started))
+            if extras:
+                rss, pss = fleet.memory()
+                self.record(f"RSS per process after the drain, MB, {config}", system, statistics.mean(rss) / 1024)
+                self.record(f"PSS of all processes after the drain, MB, {config}", system, sum(pss) / 1024)
+                self.latency(system)
+        finally:
+            fleet.stop()
+
+    def latency(self, system: str) -> None:
+        rate = 200
+        seconds = self.options.latency_seconds
+        total = int(rate * seconds)
+        self.client.delete("bench:latency")
+        if system == "sidekiq":
+            self.ruby("steady", str(rate), str(seconds), SERVED_QUEUE)
+        else:
+            from bench.jobs import LatencyArgumentProbe
+
+            probe = LatencyArgumentProbe.set(queue=SERVED_QUEUE)
+            started = time.perf_counter()
+            for index in range(total):
+                delay = started + index / rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                probe.perform_async(time.time())
+        deadline = time.monotonic() + 30
+        while self.client.llen("bench:latency") < total and time.monotonic() < deadline:
+            time.sleep(0.05)
+        samples = [float(value) * 1000 for value in self.client.lrange("bench:latency", 0, -1)]
+        self.record("latency enqueue -> start at 200 jobs/s, p50 ms", system, percentile(samples, 0.5))
+        self.record("latency enqueue -> start at 200 jobs/s, p99 ms", system, percentile(samples, 0.99))
+
+    def enqueue(self) -> None:
+        from bench.jobs import NoopJob
+
+        single_count, bulk_count = 20_000, 200_000
+        self.client.flushall()
+        self.record("enqueue one at a time, jobs/s", "sidekiq", float(self.ruby("single", str(single_count))))
+        self.client.flushall()
+        self.record("enqueue in bulk (1,000 per call), jobs/s", "sidekiq", float(self.ruby("bulk", str(bulk_count))))
+        self.client.flushall()
+        producer = NoopJob.set(queue="enqueue")
+        started = time.perf_counter()
+        for index in range(single_count):
+            producer.perform_async(index)
+        self.record("enqueue one at a time, jobs/s", "reliable", single_count / (time.perf_counter() - started))
+        self.client.flushall()
+        started = time.perf_counter()
+        producer.perform_bulk([[index] for index in range(bulk_count)])
+        self.record("enqueue in bulk (1,000 per call), jobs/s", "reliable", bulk_count / (time.perf_counter() - started))
+        self.client.flushall()
+
+    def run(self) -> None:
+        options = self.options
+        configs = [tuple(int(part) for part in text.split("x")) for text in options.configs]
+        for round_number in range(options.rounds):
+            print(f"round {round_number + 1}/{options.rounds}, load {os.getloadavg()[0]:.2f}", flush=True)
+            self.enqueue()
+            systems = options.systems[round_number % len(options.systems) :] + options.systems[: round_number % len(options.systems)]
+            for kind in options.kinds:
+                plan = [(processes, threads, systems) for processes, threads in configs]
+                if options.sweep:
+                    splits = SWEEP_CONFIGS if kind == "incr" else SWEEP_CONFIGS[:1]  # 4x5: the one-call job only
+                    plan += [(processes, threads, [name for name in systems if name != "basic"]) for processes, threads in splits]
+                for processes, threads, names in plan:
+                    for system in names:
+                        extras = kind == "empty" and (processes, threads) == configs[0]
+                        self.drain(system, kind, processes, threads, extras=extras)
+                        print(f"  {kind} {processes}x{threads} {system} done", flush=True)
+        self.report(configs)
+
+    def report(self, configs: list[tuple[int, ...]]) -> None:
+        systems = self.options.systems
+        print(
+            f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"{subprocess.run(['ruby', '-v'], capture_output=True, text=True).stdout.split('(')[0].strip()}, "
+            f"Redis {self.client.info('server')['redis_version']}; {self.options.jobs:,} jobs per drain, "
+            f"medians of {self.options.rounds} rounds; load at the end {os.getloadavg()[0]:.2f}\n"
+        )
+        header = "| measure | " + " | ".join(SYSTEMS[name] for name in systems) + " |"
+        print(header)
+        print("|---" * (len(systems) + 1) + "|")
+        measures = list(dict.fromkeys(measure for measure, _ in self.results))
+        for measure in measures:
+            cells = []
+            reference = self.median(measure, "sidekiq")
+            for system in systems:
+                value = self.median(measure, system)
+                if value is None:
+                    cells.append("")
+                    continue
+                text = f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
+                if system != "sidekiq" and reference:
+                    text += f" ({value / reference:.2f}x)"
+                cells.append(text)
+            print(f"| {measure} | " + " | ".join(cells) + " |")
+        if self.options.sweep:
+            print()
+            for kind in self.options.kinds:
+                best = {}
+                for system in ("sidekiq", "reliable"):
+                    splits = [*configs, *SWEEP_CONFIGS]
+                    best[system] = max((self.median(f"{kind} job, warm, {p}x{c}", system) or 0, f"{p}x{c}") for p, c in splits)
+                ratio = best["reliable"][0] / best["sidekiq"][0] if best["sidekiq"][0] else 0
+                print(
+                    f"best split of 20 threads, {kind} job, warm: Sidekiq {best['sidekiq'][0]:,.0f} jobs/s ({best['sidekiq'][1]}), "
+                    f"jobsapp {best['reliable'][0]:,.0f} jobs/s ({best['reliable'][1]}): {ratio:.2f}x"
+                )
+
+    def median(self, measure: str, system: str) -> float | None:
+        values = self.results.get((measure, system))
+        return statistics.median(values) if values else None
+
+
+def calibrate_python(microseconds: float) -> int:
+    from bench.jobs import spin
+
+    iterations, runs = 10_000, 200
+    spin(iterations)
+    started = time.perf_counter()
+    for _ in range(runs):
+        spin(iterations)
+    per_run = (time.perf_counter() - started) / runs
+    return round(iterations * microseconds / 1_000_000 / per_run)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
+    parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
+    parser.add_argument("--configs", nargs="+", default=["2x10"], help="PxC, processes x threads (default 2x10)")
+    parser.add_argument("--sweep", action="store_true", help="also 1x20 and 4x5 (Sidekiq and reliable fetch)")
+    parser.add_argument("--latency-seconds", type=float, default=5.0)
+    options = parser.parse_args()
+    if shutil.which("sidekiq") is None and "sidekiq" in options.systems:
+        raise SystemExit("the sidekiq command is not on PATH (Debian: apt-get install ruby-sidekiq)")
+
+    server = RedisServer().start()
+    os.environ["REDIS_URL"] = server.url
+    import django
+
+    django.setup()
+    try:
+        Bench(options, server).run()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+# Ruby producer of bench/side_by_side.py, with Sidekiq's own client. Redis from $REDIS_URL.
+#
+#   ruby producer.rb stage COUNT CLASS QUEUE ARGS_JSON   push_bulk COUNT jobs (1,000 per call)
+#   ruby producer.rb single COUNT                        prints jobs/s of one Client.push at a time
+#   ruby producer.rb bulk COUNT                          prints jobs/s of push_bulk, 1,000 per call
+#   ruby producer.rb steady RATE SECONDS QUEUE           LatencyProbe at a steady rate, arg = now
+#   ruby producer.rb calibrate MICROSECONDS              prints Bench.spin iterations taking that long
+require "sidekiq"
+require "json"
+require_relative "jobs"
+
+Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
+
+def clock
+  Process.clock_gettime(Process::CLOCK_MONOTONIC)
+end
+
+def push_in_batches(count, klass, queue, args)
+  count.times.each_slice(1000) do |slice|
+    Sidekiq::Client.push_bulk("class" => klass, "queue" => queue, "args" => Array.new(slice.size) { args })
+  end
+end
+
+case ARGV[0]
+when "stage"
+  push_in_batches(Integer(ARGV[1]), ARGV[2], ARGV[3], JSON.parse(ARGV[4]))
+when "single"
+  count = Integer(ARGV[1])
+  started = clock
+  count.times { |index| Sidekiq::Client.push("class" => "NoopJob", "queue" => "enqueue", "args" => [index]) }
+  puts count / (clock - started)
+when "bulk"
+  count = Integer(ARGV[1])
+  started = clock
+  count.times.each_slice(1000) do |slice|
+    Sidekiq::Client.push_bulk("class" => "NoopJob", "queue" => "enqueue", "args" => slice.map { |index| [index] })
+  end
+  puts count / (clock - started)
+when "steady"
+  rate = Float(ARGV[1])
+  total = (rate * Float(ARGV[2])).to_i
+  started = clock
+  total.times do |index|
+    delay = started + index / rate - clock
+    sleep delay if delay > 0
+    Sidekiq::Client.push("class" => "LatencyProbe", "queue" => ARGV[3], "args" => [Time.now.to_f])
+  end
+when "calibrate"
+  seconds = Float(ARGV[1]) / 1_000_000
+  iterations = 10_000
+  Bench.spin(iterations) # warm up
+  runs = 200
+  started = clock
+  runs.times { Bench.spin(iterations) }
+  per_run = (clock - started) / runs
+  puts (iterations * seconds / per_run).round
+else
+  abort "unknown mode #{ARGV[0].inspect}"
+end

@@ -1,0 +1,190 @@
+"""Redis-only batches for untracked jobs: callbacks once a group of jobs is done, no database.
+
+    batch = Batch(on_complete=ReportDone, on_success=PublishReport, description="nightly report")
+    with batch.jobs():
+        for part in parts:
+            RenderPart.perform_async(part)     # pushed in the block (this thread or task): joins
+    # ReportDone.perform(bid, {"total", "succeeded", "failed"}) runs once every job has run
+
+Sidekiq Pro's semantics: ``on_complete`` fires once every job has run once, succeeded or failed
+(a job being retried counts as run); ``on_success`` once every job's last run succeeded (it may
+come later, when a retried job finally succeeds; never while a job sits in the dead set). Each
+fires at most once, pushed by ``batch_update.lua`` in the same script that counts the job that
+made it due, so racing workers on any host push it exactly once. While a ``jobs()`` block runs
+the batch holds one extra pending unit, so no callback fires while jobs are still being added; a
+block can be entered again later (or from several threads) to add more, until it has completed.
+
+The client adds ``"bid"`` to each job pushed in the block and counts it in the same pipeline
+(MULTI) as the push; the processor calls ``job_finished`` when a job with a ``bid`` succeeds or
+fails. Jobs without a batch pay a ContextVar read at push and a dict lookup at run. Keys
+(keys.batch, keys.batch_failed) live ``BATCH_TTL_SECONDS`` after their last update. For jobs
+tracked in the database, ``Task.objects.launch(on_complete=..., on_success=...)`` is the same
+idea with progress and events.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import keys, scripts
+from .connection import CONNECTION_ERRORS, as_text, get_redis, unavailable
+from .payload import new_jid, now
+
+if TYPE_CHECKING:
+    import redis
+
+    from .job import Job
+
+logger = logging.getLogger("jobsapp.batch")
+
+BATCH_KEY = "bid"
+#: How long a batch's keys live after their last update.
+BATCH_TTL_SECONDS = 30 * 24 * 3600
+
+_current: ContextVar[str | None] = ContextVar("jobsapp.batch", default=None)
+
+
+def current() -> str | None:
+    """The id of the batch whose ``jobs()`` block is running in this thread or task, if any."""
+    return _current.get()
+
+
+def _callback(job_class: type[Job] | None, what: str) -> tuple[str, str]:
+    from .job import Job
+
+    if job_class is None:
+        return "", ""
+    if not (isinstance(job_class, type) and issubclass(job_class, Job)):
+        raise TypeError(f"{what} must be a Job class, not {job_class!r}")
+    return job_class.wire_name(), str(job_class.sidekiq_options_hash.get("queue") or "default")
+
+
+class Batch:
+    """A group of jobs with callbacks; see the module header."""
+
+    def __init__(self, *, on_complete: type[Job] | None = None, on_success: type[Job] | None = None, description: str = "") -> None:
+        self.bid = os.urandom(8).hex()
+        self.on_complete = _callback(on_complete, "on_complete")
+        self.on_success = _callback(on_success, "on_success")
+        self.description = description
+        self._created = False
+
+    @contextmanager
+    def jobs(self) -> Iterator[Batch]:
+        """Jobs pushed in this block join the batch; its callbacks may fire once the block ends."""
+        connection = get_redis()
+        fields: dict[str, str] = {}
+        if not self._created:
+            fields.update(
+                {
+                    "description": self.description,
+                    "created_at": repr(now()),
+                    "on_complete": self.on_complete[0],
+                    "on_complete_queue": self.on_complete[1],
+                    "on_success": self.on_success[0],
+                    "on_success_queue": self.on_success[1],
+                }
+            )
+        pipe = connection.pipeline(transaction=True)
+        if fields:
+            pipe.hset(keys.batch(self.bid), mapping={key: value for key, value in fields.items()})
+        pipe.hsetnx(keys.batch(self.bid), "total", 0)
+        pipe.hsetnx(keys.batch(self.bid), "succeeded", 0)
+        pipe.hincrby(keys.batch(self.bid), "pending", 1)  # this block's own unit, until it ends
+        pipe.expire(keys.batch(self.bid), BATCH_TTL_SECONDS)
+        try:
+            pipe.execute()
+        except CONNECTION_ERRORS as exc:  # nothing was pushed in the block yet
+            raise unavailable(exc) from exc
+        self._created = True
+        token = _current.set(self.bid)
+        try:
+            yield self
+        finally:
+            _current.reset(token)
+            try:
+                _update(connection, self.bid, "close", "")
+            except CONNECTION_ERRORS as exc:  # the jobs pushed stay queued; this batch will wait
+                raise unavailable(exc) from exc
+
+    def status(self) -> BatchStatus | None:
+        return BatchStatus.read(self.bid)
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    bid: str
+    total: int
+    pending: int
+    succeeded: int
+    failed: int
+    complete: bool
+    success: bool
+    description: str
+
+    @classmethod
+    def read(cls, bid: str) -> BatchStatus | None:
+        connection = get_redis()
+        pipe = connection.pipeline(transaction=False)
+        pipe.hgetall(keys.batch(bid))
+        pipe.scard(keys.batch_failed(bid))
+        fields, failed = pipe.execute()
+        if not fields:
+            return None
+        values = {as_text(key): as_text(value) for key, value in fields.items()}
+        pending = int(values.get("pending", 0))
+        return cls(
+            bid=bid,
+            total=int(values.get("total", 0)),
+            pending=pending,
+            succeeded=int(values.get("succeeded", 0)),
+            failed=int(failed),
+            complete=pending <= 0,
+            success=pending <= 0 and int(failed) == 0,
+            description=values.get("description", ""),
+        )
+
+
+def count_pushed(pipe: redis.client.Pipeline, bid: str, jobs: int) -> None:
+    """Queue the counting of ``jobs`` pushed into batch ``bid`` (before their push, same MULTI)."""
+    pipe.hincrby(keys.batch(bid), "total", jobs)
+    pipe.hincrby(keys.batch(bid), "pending", jobs)
+
+
+def withdraw(client: redis.Redis, bid: str) -> None:
+    """Uncount a job counted in the batch whose push was refused (a unique job's live lock)."""
+    _update(client, bid, "withdrawn", "")
+
+
+def _update(client: redis.Redis, bid: str, event: str, jid: str) -> Any:
+    fields = client.hmget(keys.batch(bid), ["on_complete_queue", "on_success_queue"])
+    complete_queue, success_queue = (as_text(value) if value else "" for value in fields)
+    return scripts.batch_update(
+        client,
+        bid=bid,
+        event=event,
+        jid=jid,
+        complete_queue=complete_queue,
+        success_queue=success_queue,
+        complete_jid=new_jid(),
+        success_jid=new_jid(),
+        ttl_seconds=BATCH_TTL_SECONDS,
+    )
+
+
+def job_finished(client: redis.Redis, item: dict[str, Any], *, succeeded: bool) -> None:
+    """Count a batch job's run (the processor calls it). An update lost to a Redis outage is
+    logged; that batch then waits for ever (its callbacks never fire): the jobs are unaffected."""
+    bid = item.get(BATCH_KEY)
+    if not isinstance(bid, str) or not bid:
+        return
+    try:
+        _update(client, bid, "succeeded" if succeeded else "failed", str(item.get("jid", "")))
+    except CONNECTION_ERRORS as exc:  # the job's own fate is decided elsewhere; the batch waits
+        logger.warning("batch %s: could not count jid=%s (%s)", bid, item.get("jid"), exc)

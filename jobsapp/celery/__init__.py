@@ -1,0 +1,47 @@
+"""A Celery-compatible calling surface on the engine: change ``from celery import ...`` to
+``from jobsapp.celery import ...`` and Celery-style tasks run on ``runworkers``.
+
+    from jobsapp.celery import shared_task, chain, group, chord, AsyncResult
+
+    @shared_task(bind=True, max_retries=5, autoretry_for=(TimeoutError,), retry_backoff=True)
+    def fetch(self, url): ...
+
+    fetch.delay("https://example.com")            # -> AsyncResult
+    chord(group(fetch.s(u) for u in urls), merge.s()).apply_async()
+
+Tasks live in an app's ``tasks.py`` (autodiscovered) and are registered as jobs when defined,
+under their Celery name (``module.function`` unless ``name=`` says otherwise); results come from
+the engine's result store. What Celery has and this does not is in the README's table: such
+options are accepted with a one-time ``RuntimeWarning``, or refused with ``TypeError``.
+"""
+
+from .app import Celery
+from .canvas import Signature, chain, chord, group, signature, subtask
+from .control import revoke
+from .exceptions import ChordError, MaxRetriesExceededError, Retry, TaskFailure, TaskRevokedError, TimeoutError
+from .result import AsyncResult, GroupResult
+from .task import Context, NotRegistered, Task, shared_task, task
+
+__all__ = [
+    "AsyncResult",
+    "Celery",
+    "ChordError",
+    "Context",
+    "GroupResult",
+    "MaxRetriesExceededError",
+    "NotRegistered",
+    "Retry",
+    "Signature",
+    "Task",
+    "TaskFailure",
+    "TaskRevokedError",
+    "TimeoutError",
+    "chain",
+    "chord",
+    "group",
+    "revoke",
+    "shared_task",
+    "signature",
+    "subtask",
+    "task",
+]

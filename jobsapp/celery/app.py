@@ -1,0 +1,87 @@
+"""``Celery``: the application object of a Celery project, reduced to what code calls on it.
+
+``app = Celery("proj")`` and ``@app.task`` keep working after the import change; ``send_task``
+pushes a task by name for workers that define it (the caller does not need its code), as
+Celery's does. Configuration is Django's and the engine's (``JOBSAPP``): ``config_from_object``
+and the broker/backend arguments are accepted and ignored with a one-time warning, and
+``autodiscover_tasks`` has nothing to do (``tasks.py`` of every installed app is imported).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from .. import client
+from .control import revoke
+from .options import check_options, warn_unsupported
+from .result import AsyncResult
+from .result import AsyncResult as _AsyncResult  # the class, where a method named AsyncResult shadows it
+from .task import ENGINE_RETRY_LIMIT, EXPIRES_KEY, RESULT_EXPIRES_SECONDS, _epoch, _jsonable, shared_task
+
+
+class _Control:
+    """``app.control``: only ``revoke`` (waiting tasks)."""
+
+    @staticmethod
+    def revoke(task_id: str | list[str], *, terminate: bool = False, **options: Any) -> int:
+        return revoke(task_id, terminate=terminate, **options)
+
+
+class Celery:
+    """A stand-in for ``celery.Celery`` in a project that moved to jobsapp."""
+
+    def __init__(self, main: str | None = None, *args: Any, **options: Any) -> None:
+        self.main = main
+        self.conf: dict[str, Any] = {}
+        self.control = _Control()
+        if args or options:
+            warn_unsupported("Celery(broker=..., backend=..., ...)", "Redis and results are JOBSAPP settings")
+
+    task = staticmethod(shared_task)
+
+    def config_from_object(self, obj: Any, silent: bool = False, force: bool = False, namespace: str | None = None) -> None:
+        warn_unsupported("config_from_object", "Celery settings are not read: see the README's migration guide")
+
+    def autodiscover_tasks(self, packages: Any = None, related_name: str = "tasks", force: bool = False) -> None:
+        """Nothing to do: jobsapp imports every installed app's ``tasks.py`` at start-up."""
+
+    def AsyncResult(self, task_id: str, **kwargs: Any) -> _AsyncResult[Any]:
+        return AsyncResult(task_id)
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        countdown: float | None = None,
+        eta: dt.datetime | None = None,
+        task_id: str | None = None,
+        expires: float | dt.datetime | None = None,
+        *,
+        queue: str | None = None,
+        ignore_result: bool = False,
+        **options: Any,
+    ) -> _AsyncResult[Any]:
+        """Push task ``name`` for the workers that define it; this process needs not."""
+        check_options(options, where="send_task()")
+        item: dict[str, Any] = {"class": name, "args": _jsonable(list(args or ())), "retry": ENGINE_RETRY_LIMIT}
+        if kwargs:
+            item["kwargs"] = _jsonable(dict(kwargs))
+        if queue:
+            item["queue"] = queue
+        if task_id:
+            item["jid"] = task_id
+        if not ignore_result:
+            item["retain"] = RESULT_EXPIRES_SECONDS
+        if expires is not None:
+            item[EXPIRES_KEY] = _epoch(expires) if isinstance(expires, dt.datetime) else _epoch(dt.datetime.now(dt.UTC)) + float(expires)
+        if eta is not None:
+            item["at"] = _epoch(eta)
+        elif countdown:
+            item["at"] = _epoch(dt.datetime.now(dt.UTC)) + float(countdown)
+        jid = client.push(item)
+        if jid is None:
+            raise RuntimeError(f"a client middleware stopped the push of {name}; nothing was enqueued")
+        return AsyncResult(jid, task_name=name)

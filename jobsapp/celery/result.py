@@ -1,0 +1,232 @@
+"""``AsyncResult`` and ``GroupResult``: Celery's result handles, read from the engine's result store.
+
+A task's state comes from its ``jobsapp.results`` record: none, queued or scheduled is PENDING,
+running STARTED, retrying RETRY, succeeded SUCCESS, failed FAILURE (REVOKED when it was revoked
+or expired). ``get()`` polls the record (every ``interval`` seconds) and raises the task's error
+as Celery does: the exception class when it is a builtin or already loaded in this process,
+else ``TaskFailure`` naming it (a result never makes this process import anything).
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any, Generic, Literal, TypeVar
+
+from .. import results
+from .exceptions import TaskFailure, TaskRevokedError, TimeoutError
+
+State = Literal["PENDING", "STARTED", "RETRY", "FAILURE", "SUCCESS"]
+
+PENDING: State = "PENDING"
+STARTED: State = "STARTED"
+RETRY: State = "RETRY"
+FAILURE: State = "FAILURE"
+SUCCESS: State = "SUCCESS"
+REVOKED = "REVOKED"
+READY_STATES = frozenset({SUCCESS, FAILURE, REVOKED})
+
+Returned = TypeVar("Returned", covariant=True)
+
+_STATES: dict[str, str] = {
+    results.QUEUED: PENDING,
+    results.SCHEDULED: PENDING,
+    results.RUNNING: STARTED,
+    results.RETRYING: RETRY,
+    results.SUCCEEDED: SUCCESS,
+    results.FAILED: FAILURE,
+}
+
+REVOKED_ERROR = f"{TaskRevokedError.__module__}.{TaskRevokedError.__qualname__}"
+
+
+def _exception_for(record: results.JobResult) -> BaseException:
+    """The task's exception, rebuilt without importing anything."""
+    path = record.error_class
+    module_name, _, class_name = path.rpartition(".")
+    candidate: Any = getattr(builtins, path, None) if not module_name else getattr(sys.modules.get(module_name), class_name, None)
+    if isinstance(candidate, type) and issubclass(candidate, BaseException):
+        try:
+            return candidate(record.error_message)
+        except (TypeError, ValueError):  # a constructor that wants other arguments: the generic error below
+            return TaskFailure(path, record.error_message)
+    return TaskFailure(path, record.error_message)
+
+
+class ResultBase:
+    """Celery's common base of result handles."""
+
+    parent: ResultBase | None = None
+
+
+class AsyncResult(ResultBase, Generic[Returned]):
+    """A handle on one task's result, by task id (the job's jid)."""
+
+    TimeoutError = TimeoutError
+
+    def __init__(
+        self, id: str, backend: Any = None, task_name: str | None = None, app: Any = None, parent: ResultBase | None = None
+    ) -> None:
+        self.id = id
+        self.task_name = task_name
+        self.parent = parent
+
+    def __repr__(self) -> str:
+        return f"<AsyncResult: {self.id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AsyncResult) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    @property
+    def task_id(self) -> str:
+        return self.id
+
+    def _record(self) -> results.JobResult | None:
+        return results.get(self.id)
+
+    @property
+    def state(self) -> State:
+        record = self._record()
+        if record is None:
+            return PENDING
+        if record.failed and record.error_class == REVOKED_ERROR:
+            return REVOKED  # type: ignore[return-value]  # Celery's REVOKED, absent from celery-types' Literal
+        return _STATES.get(record.status, PENDING)  # type: ignore[return-value]
+
+    status = state
+
+    def ready(self) -> bool:
+        return self.state in READY_STATES
+
+    def successful(self) -> bool:
+        return self.state == SUCCESS
+
+    def failed(self) -> bool:
+        return self.state == FAILURE
+
+    @property
+    def result(self) -> Returned | BaseException:
+        """The return value once SUCCESS, the exception once FAILURE (or while RETRY), else None."""
+        record = self._record()
+        if record is None:
+            return None  # type: ignore[return-value]
+        if record.succeeded:
+            return record.value
+        if record.error_class and record.status in (results.FAILED, results.RETRYING):
+            return _exception_for(record)
+        return None  # type: ignore[return-value]
+
+    info = result
+
+    @property
+    def traceback(self) -> str | None:
+        record = self._record()
+        return record.error_traceback or None if record is not None else None
+
+    def get(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5, **options: Any) -> Returned:
+        """Wait for the task to finish and return its value; raise its error (``propagate``) or
+        ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            record = self._record()
+            if record is not None and record.ready:
+                if record.succeeded:
+                    return record.value
+                error = _exception_for(record)
+                if propagate:
+                    raise error
+                return error  # type: ignore[return-value]
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"The operation timed out: task {self.id} is not ready after {timeout:g} s")
+            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+
+    wait = get
+
+    def forget(self) -> None:
+        """Delete the stored result now."""
+        results.forget(self.id)
+
+    def revoke(
+        self, connection: Any = None, terminate: bool = False, signal: str | None = None, wait: bool = False, timeout: float | None = None
+    ) -> None:
+        """Remove the task if it has not started yet (see ``jobsapp.celery.revoke``)."""
+        from .control import revoke
+
+        revoke(self.id, terminate=terminate)
+
+    def as_list(self) -> list[AsyncResult[Any]]:
+        return [self]
+
+
+class GroupResult(AsyncResult[list[Any]]):
+    """The results of a group, in the group's order; ``get()`` returns their values as a list."""
+
+    def __init__(self, id: str | None = None, results: list[AsyncResult[Any]] | None = None, **kwargs: Any) -> None:
+        super().__init__(id or "", **kwargs)
+        self.results: list[AsyncResult[Any]] = list(results or [])
+
+    def __iter__(self) -> Iterator[AsyncResult[Any]]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, index: int) -> AsyncResult[Any]:
+        return self.results[index]
+
+    @property
+    def children(self) -> list[AsyncResult[Any]]:
+        return self.results
+
+    @property
+    def state(self) -> State:
+        states = [each.state for each in self.results]
+        if any(state == FAILURE for state in states):
+            return FAILURE
+        if states and all(state == SUCCESS for state in states):
+            return SUCCESS
+        return STARTED if any(state != PENDING for state in states) else PENDING
+
+    status = state
+
+    def ready(self) -> bool:
+        return all(each.ready() for each in self.results)
+
+    def successful(self) -> bool:
+        return all(each.successful() for each in self.results)
+
+    def failed(self) -> bool:
+        return any(each.failed() for each in self.results)
+
+    def completed_count(self) -> int:
+        return sum(1 for each in self.results if each.successful())
+
+    def get(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5, **options: Any) -> list[Any]:
+        """Every task's value, in order (the first error raised with ``propagate``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values = []
+        for each in self.results:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            values.append(each.get(timeout=remaining, propagate=propagate, interval=interval))
+        return values
+
+    join = get
+
+    @property
+    def result(self) -> list[Any]:
+        return [each.result for each in self.results]
+
+    def forget(self) -> None:
+        for each in self.results:
+            each.forget()
+
+    def revoke(
+        self, connection: Any = None, terminate: bool = False, signal: str | None = None, wait: bool = False, timeout: float | None = None
+    ) -> None:
+        for each in self.results:
+            each.revoke(terminate=terminate)

@@ -1,0 +1,85 @@
+"""The error fields of a failed job's payload (docs/payload.md): ``error_message``,
+``error_class`` and the ``error_backtrace`` codec, one place for the worker that writes them
+(``retry``, ``processor``, ``results``) and the API that reads them (``api.records``).
+
+Sidekiq 6+ stores a failed job's backtrace as base64 (Ruby's ``encode64``: 60-column lines) of
+zlib-deflated compact JSON, an array of Ruby-style lines (``path:line:in `name'``); Sidekiq before
+6 stored the plain JSON array. Reading is bounded: a hostile entry of a megabyte could otherwise
+inflate to a gigabyte in every page that lists it, so inflating past
+``BACKTRACE_MAX_INFLATED_BYTES`` is refused. Nothing is ever unmarshalled or evaluated.
+
+No thread of its own and no Redis: pure functions.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import traceback
+import zlib
+from typing import Any
+
+from .payload import JSON_ENCODER, parse_json
+
+#: The most a stored backtrace may inflate to when read.
+BACKTRACE_MAX_INFLATED_BYTES = 1_000_000
+
+
+def safe_message(exception: BaseException) -> str:
+    """The exception's message, its class name when empty (Ruby's habit), or a placeholder when
+    its ``__str__`` itself fails: a broken exception must not break failure handling."""
+    try:
+        text = str(exception)
+    except Exception:  # noqa: BLE001  # a user-defined __str__ that raises: the job still gets filed
+        return f"{type(exception).__name__} (its message could not be rendered)"
+    return text or type(exception).__name__
+
+
+def exception_class_name(exception: BaseException) -> str:
+    kind = type(exception)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+class UnreadableBacktrace(ValueError):
+    """A string ``error_backtrace`` that is not base64 of zlib-deflated JSON, or inflates too far."""
+
+
+def backtrace_lines(exception: BaseException) -> list[str]:
+    """Ruby-style lines (``path:line:in `name'``), innermost first, so Sidekiq's Web UI shows them
+    as it would its own."""
+    frames = traceback.extract_tb(exception.__traceback__)
+    return [f"{frame.filename}:{frame.lineno}:in `{frame.name}'" for frame in reversed(frames)]
+
+
+def compress_backtrace(lines: list[str]) -> str:
+    """Base64 (with Ruby's 60-column newlines) of zlib-deflated JSON, as Sidekiq 6.4 writes it."""
+    return base64.encodebytes(zlib.compress(JSON_ENCODER.encode(list(lines)).encode("utf-8"))).decode("ascii")
+
+
+def inflate_backtrace(value: str) -> Any:
+    """Decode base64 + zlib + JSON; UnreadableBacktrace when it is none, or inflates past
+    BACKTRACE_MAX_INFLATED_BYTES."""
+    try:
+        inflater = zlib.decompressobj()
+        data = inflater.decompress(base64.b64decode(value), BACKTRACE_MAX_INFLATED_BYTES)
+        if inflater.unconsumed_tail:
+            raise UnreadableBacktrace(f"the backtrace inflates past {BACKTRACE_MAX_INFLATED_BYTES} bytes")
+        return parse_json(data)
+    except (binascii.Error, zlib.error, ValueError) as error:  # UnreadableBacktrace is a ValueError too
+        if isinstance(error, UnreadableBacktrace):
+            raise
+        raise UnreadableBacktrace(str(error)) from error
+
+
+def decompress_backtrace(value: Any) -> list[str]:
+    """The lines of an ``error_backtrace`` field (compressed, or a plain list from old Sidekiqs);
+    none for anything unreadable (a worker never fails over a backtrace)."""
+    if isinstance(value, list):
+        return [str(line) for line in value]
+    if not isinstance(value, str) or not value:
+        return []
+    try:
+        lines = inflate_backtrace(value)
+    except UnreadableBacktrace:  # unreadable or oversized backtrace: none rather than a failure
+        return []
+    return [str(line) for line in lines] if isinstance(lines, list) else []

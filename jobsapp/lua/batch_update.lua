@@ -1,0 +1,77 @@
+-- batch_update: count one outcome of a batch's job (or the batch's closing) and push the
+-- batch's callbacks, each at most once, in the same script.
+-- "pending" counts the jobs that have not run once yet, plus 1 for each jobs() block still
+-- running, so no callback fires while jobs are still being added. A job
+-- "has run once" when it succeeded or failed (the first failure of a retried job counts);
+-- the failed SET holds the jobs whose last run failed. on_complete fires when pending reaches
+-- 0; on_success when pending is 0 and no job's last run failed (so it may fire later, once a
+-- retried job succeeds).
+--
+-- KEYS[1] -> jobsapp:batch:<bid> HASH
+-- KEYS[2] -> jobsapp:batch:<bid>:failed SET
+-- KEYS[3] -> queues SET
+-- KEYS[4] -> queue:<on_complete queue> LIST ('' when none)
+-- KEYS[5] -> queue:<on_success queue> LIST ('' when none)
+-- ARGV[1] -> "succeeded", "failed", "close" (a jobs() block ended) or "withdrawn" (a refused push)
+-- ARGV[2] -> the job's jid ('' for close)
+-- ARGV[3] -> the batch id
+-- ARGV[4] -> jid for an on_complete push
+-- ARGV[5] -> jid for an on_success push
+-- ARGV[6] -> seconds the batch's keys live after this update
+-- returns -> {pending, fired: '' | 'complete' | 'success' | 'complete,success'}
+-- cost    -> O(1)
+
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {-1, ''}
+end
+local event = ARGV[1]
+if event == 'close' then
+  -- the end of one jobs() block: its own pending unit goes
+  redis.call('HINCRBY', KEYS[1], 'pending', -1)
+elseif event == 'withdrawn' then
+  -- a job counted with its push that was refused (a unique job's lock): never pushed
+  redis.call('HINCRBY', KEYS[1], 'total', -1)
+  redis.call('HINCRBY', KEYS[1], 'pending', -1)
+elseif event == 'succeeded' then
+  redis.call('HINCRBY', KEYS[1], 'succeeded', 1)
+  if redis.call('SREM', KEYS[2], ARGV[2]) == 0 then
+    redis.call('HINCRBY', KEYS[1], 'pending', -1)
+  end
+else
+  if redis.call('SADD', KEYS[2], ARGV[2]) == 1 then
+    redis.call('HINCRBY', KEYS[1], 'pending', -1)
+  end
+end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+local pending = tonumber(redis.call('HGET', KEYS[1], 'pending'))
+local failures = redis.call('SCARD', KEYS[2])
+local fired = {}
+
+local function push(kind, queue_key, jid)
+  local class = redis.call('HGET', KEYS[1], 'on_' .. kind)
+  if not class or class == '' or queue_key == '' then return end
+  if redis.call('HSETNX', KEYS[1], kind .. '_fired', '1') == 0 then return end
+  local queue = redis.call('HGET', KEYS[1], 'on_' .. kind .. '_queue')
+  local counts = {
+    total = tonumber(redis.call('HGET', KEYS[1], 'total') or '0'),
+    succeeded = tonumber(redis.call('HGET', KEYS[1], 'succeeded') or '0'),
+    failed = failures,
+  }
+  local job = cjson.encode({class = class, args = {ARGV[3], counts}, queue = queue, jid = jid, retry = true,
+    created_at = now, enqueued_at = now})
+  redis.call('LPUSH', queue_key, job)
+  redis.call('SADD', KEYS[3], queue)
+  table.insert(fired, kind)
+end
+
+if pending <= 0 then
+  push('complete', KEYS[4], ARGV[4])
+  if failures == 0 then
+    push('success', KEYS[5], ARGV[5])
+  end
+end
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[6]))
+redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
+return {pending, table.concat(fired, ',')}

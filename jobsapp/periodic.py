@@ -1,0 +1,357 @@
+"""Periodic jobs: ``JOBSAPP["PERIODIC"]`` and ``@periodic_job``, ticked by every worker process.
+
+Thread ``jobsapp.periodic``, one per worker process, started by the launcher only when at least
+one periodic job is defined. There is no leader: every process computes the latest tick of each
+job from the Redis server's clock and asks ``periodic_claim.lua`` to claim it; the script pushes
+the job for exactly one caller per tick (see its header), never before the tick by the server's
+clock, so a host whose clock runs ahead cannot run a tick early. Between ticks the thread
+sleeps until the soonest next tick (at most ``PERIODIC_POLL_SECONDS``), so ``every: 1`` runs once
+a second, not once per process.
+
+After downtime only the latest tick is claimed, so a job whose ticks were missed runs once (not
+once per missed tick), or not at all with ``"missed": "skip"``; a tick counts as missed when it is
+claimed more than ``MISSED_AFTER_SECONDS`` late. A job seen for the first time starts from its
+next tick (its current one is recorded as done): declaring a daily job at 15:00 does not run
+today's 09:00.
+
+Keys: sidekiq-cron 1.8's layout (keys.CRON_JOBS, ``cron_job:<name>`` and its ``:enqueued`` and
+``:jid_history``), with our own fields prefixed ``jobsapp_``. A Ruby app's sidekiq-cron jobs
+therefore appear on our dashboard (we never tick them: they have no definition here), and ours
+in sidekiq-cron's Web UI. Jobs pushed by a tick carry ``"periodic": "<name>"``; the processor
+calls ``record_outcome`` when such a job ends, for the dashboard's "last outcome".
+
+The push is written by the claim script itself, as the scheduler's moves are: client middleware
+does not see periodic pushes. If Redis is unreachable the thread logs and backs off; a tick
+that passes meanwhile runs once when Redis is back (if it is still the latest).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import zoneinfo
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+from croniter import croniter
+from django.core.exceptions import ImproperlyConfigured
+
+from . import keys, registry, scripts
+from .backoff import Backoff
+from .component import Component
+from .conf import jobs_settings
+from .connection import CONNECTION_ERRORS
+from .cron import JID_HISTORY_SIZE, RUBY_TIME_FORMAT, next_tick, previous_tick, server_time
+from .errors import UnknownJobClass
+from .payload import JSON_ENCODER, check_json_native, new_jid
+
+if TYPE_CHECKING:
+    from .job import Job
+
+logger = logging.getLogger("jobsapp.periodic")
+
+#: A tick claimed later than this after its time counts as missed (sidekiq-cron uses 60 s too).
+MISSED_AFTER_SECONDS = 60
+#: The longest the thread sleeps between two looks at the clock.
+PERIODIC_POLL_SECONDS = 5.0
+#: The payload key naming the periodic job a pushed job came from.
+PERIODIC_KEY = "periodic"
+
+SPEC_KEYS = frozenset({"class", "cron", "every", "args", "kwargs", "queue", "timezone", "missed", "description"})
+MISSED_CHOICES = ("run_once", "skip")
+
+_declared: dict[str, dict[str, Any]] = {}
+
+
+@dataclass(frozen=True)
+class Definition:
+    """One periodic job, validated: what to push and when."""
+
+    name: str
+    job_class: type[Job]
+    cron: str | None = None
+    every_seconds: int | None = None
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    queue: str = "default"
+    timezone: str = "UTC"
+    missed: str = "run_once"
+    description: str = ""
+
+    def previous_tick(self, epoch_seconds: float) -> int:
+        """The latest tick at or before ``epoch_seconds`` (epoch seconds)."""
+        return previous_tick(epoch_seconds, cron=self.cron, every_seconds=self.every_seconds, timezone=self.timezone)
+
+    def next_tick(self, epoch_seconds: float) -> int:
+        """The first tick strictly after ``epoch_seconds``."""
+        return next_tick(epoch_seconds, cron=self.cron, every_seconds=self.every_seconds, timezone=self.timezone)
+
+    @property
+    def schedule(self) -> str:
+        """The schedule as people read it: ``every 10 s`` or ``*/5 * * * * (Europe/Paris)``."""
+        if self.every_seconds:
+            return f"every {self.every_seconds} s"
+        return (self.cron or "") if self.timezone == "UTC" else f"{self.cron} ({self.timezone})"
+
+    @property
+    def ruby_cron(self) -> str:
+        """The ``cron`` field as sidekiq-cron reads it: Fugit takes a trailing zone name; an
+        ``every`` job has none, so a Ruby poller finds it invalid and leaves it alone."""
+        if self.every_seconds or not self.cron:
+            return ""
+        return self.cron if self.timezone == "UTC" else f"{self.cron} {self.timezone}"
+
+    def item(self, jid: str) -> dict[str, Any]:
+        """The job as pushed (without ``enqueued_at``, which the claim script stamps)."""
+        options = {key: value for key, value in self.job_class.sidekiq_options_hash.items() if key != "class_name"}
+        item: dict[str, Any] = {"class": self.job_class.wire_name(), "args": list(self.args)}
+        item.update(options)
+        item["queue"] = self.queue
+        item["jid"] = jid
+        item["created_at"] = None  # set by the caller
+        if self.kwargs:
+            item["kwargs"] = dict(self.kwargs)
+        item[PERIODIC_KEY] = self.name
+        return item
+
+
+def periodic_job(
+    name: str | None = None,
+    *,
+    cron: str | None = None,
+    every: int | None = None,
+    args: list[Any] | tuple[Any, ...] = (),
+    kwargs: dict[str, Any] | None = None,
+    queue: str | None = None,
+    timezone: str | None = None,
+    missed: str = "run_once",
+    description: str = "",
+) -> Callable[[type[Job]], type[Job]]:
+    """Class decorator: run this job on a schedule, as a ``JOBSAPP["PERIODIC"]`` entry would.
+
+    ``cron`` (5 fields, or 6 with seconds first as sidekiq-cron's) or ``every`` (seconds); the
+    name defaults to the job's wire name. Checked when the workers start (and by ``check``).
+    """
+
+    def apply(cls: type[Job]) -> type[Job]:
+        spec: dict[str, Any] = {"class": cls, "args": list(args), "missed": missed, "description": description}
+        for key, value in (("cron", cron), ("every", every), ("kwargs", kwargs), ("queue", queue), ("timezone", timezone)):
+            if value is not None:
+                spec[key] = value
+        _declared[name or cls.wire_name()] = spec
+        return cls
+
+    return apply
+
+
+def _job_class(name: str, value: object) -> type[Job]:
+    from .job import Job
+
+    if isinstance(value, type) and issubclass(value, Job):
+        return value
+    if not isinstance(value, str) or not value:
+        raise ImproperlyConfigured(f'periodic job {name!r}: "class" must be a job class path, not {value!r}')
+    try:
+        return registry.lookup(value)
+    except UnknownJobClass:
+        pass
+    for wire_name in registry.names():  # a dotted path to a class registered under another name
+        candidate = registry.lookup(wire_name)
+        if f"{candidate.__module__}.{candidate.__qualname__}" == value:
+            return candidate
+    raise ImproperlyConfigured(
+        f"periodic job {name!r}: {value!r} is not a registered job class "
+        "(define it in the jobs.py of an installed app; only registered classes ever run)"
+    )
+
+
+def build(name: str, spec: dict[str, Any]) -> Definition:
+    """Validate one ``PERIODIC`` entry; ImproperlyConfigured says what is wrong."""
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ImproperlyConfigured(f"periodic job name {name!r}: use a non-empty name without ':'")
+    if not isinstance(spec, dict):
+        raise ImproperlyConfigured(f"periodic job {name!r}: expected a dict, got {type(spec).__name__}")
+    unknown = sorted(set(spec) - SPEC_KEYS)
+    if unknown:
+        raise ImproperlyConfigured(f"periodic job {name!r}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(SPEC_KEYS))}")
+    job_class = _job_class(name, spec.get("class"))
+    cron, every = spec.get("cron"), spec.get("every")
+    if (cron is None) == (every is None):
+        raise ImproperlyConfigured(f'periodic job {name!r}: give exactly one of "cron" and "every"')
+    timezone = spec.get("timezone") or "UTC"
+    try:
+        zoneinfo.ZoneInfo(str(timezone))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ImproperlyConfigured(f"periodic job {name!r}: unknown timezone {timezone!r} (use an IANA name like Europe/Paris)")
+    if cron is not None:
+        fields = len(str(cron).split())
+        if not isinstance(cron, str) or not croniter.is_valid(cron, second_at_beginning=fields == 6) or fields > 6:
+            raise ImproperlyConfigured(f"periodic job {name!r}: {cron!r} is not a cron expression (5 fields, or 6 with seconds first)")
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+        raise ImproperlyConfigured(f'periodic job {name!r}: "every" must be a whole number of seconds >= 1, not {every!r}')
+    args = spec.get("args", [])
+    kwargs = spec.get("kwargs") or {}
+    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+        raise ImproperlyConfigured(f'periodic job {name!r}: "args" must be a list and "kwargs" a dict')
+    try:
+        check_json_native(list(args), "args")
+        check_json_native(kwargs, "kwargs")
+    except TypeError as exc:
+        raise ImproperlyConfigured(f"periodic job {name!r}: {exc}")
+    missed = spec.get("missed", "run_once")
+    if missed not in MISSED_CHOICES:
+        raise ImproperlyConfigured(f'periodic job {name!r}: "missed" must be "run_once" or "skip", not {missed!r}')
+    queue = spec.get("queue") or job_class.sidekiq_options_hash.get("queue") or jobs_settings.DEFAULT_QUEUE
+    return Definition(
+        name=name,
+        job_class=job_class,
+        cron=cron,
+        every_seconds=every,
+        args=list(args),
+        kwargs=dict(kwargs),
+        queue=str(queue),
+        timezone=str(timezone),
+        missed=missed,
+        description=str(spec.get("description", "")),
+    )
+
+
+def definitions() -> list[Definition]:
+    """Every periodic job of this installation: settings first, then decorated classes (a name
+    in both is an error). Raises ImproperlyConfigured on the first bad entry."""
+    configured = jobs_settings.PERIODIC or {}
+    if not isinstance(configured, dict):
+        raise ImproperlyConfigured('JOBSAPP["PERIODIC"] must be a dict of name -> {"class": ..., "cron" or "every": ...}')
+    clash = sorted(set(configured) & set(_declared))
+    if clash:
+        raise ImproperlyConfigured(f"periodic job(s) {', '.join(clash)} defined both in settings and by @periodic_job")
+    return [build(name, spec) for name, spec in {**configured, **_declared}.items()]
+
+
+def register(client: redis.Redis, definition: Definition, *, server_now: float) -> None:
+    """Write the definition in sidekiq-cron's layout; keep its status and claims. A job seen for
+    the first time gets its current tick recorded as done, so it starts from the next one."""
+    key = keys.cron_job(definition.name)
+    message = {key: value for key, value in definition.item("").items() if key not in ("jid", "created_at")}
+    pipe = client.pipeline(transaction=True)
+    pipe.sadd(keys.CRON_JOBS, key)
+    pipe.hset(
+        key,
+        mapping={
+            "name": definition.name,
+            "klass": definition.job_class.wire_name(),
+            "cron": definition.ruby_cron,
+            "description": definition.description,
+            "args": JSON_ENCODER.encode(definition.args),
+            "message": JSON_ENCODER.encode(message),
+            "active_job": "false",
+            "date_as_argument": "false",
+            "symbolize_args": "false",
+            "jobsapp_schedule": definition.schedule,
+            "jobsapp_cron": definition.cron or "",
+            "jobsapp_every": definition.every_seconds or "",
+            "jobsapp_timezone": definition.timezone,
+            "jobsapp_missed": definition.missed,
+            "jobsapp_queue": definition.queue,
+        },
+    )
+    pipe.hsetnx(key, "status", "enabled")
+    pipe.hsetnx(key, "jobsapp_last_tick", definition.previous_tick(server_now))
+    pipe.execute()
+
+
+def claim(client: redis.Redis, definition: Definition, tick: int, *, created_at: float) -> tuple[bool, str, str]:
+    """Try to claim ``tick`` of ``definition``; (pushed, outcome, jid). See periodic_claim.lua."""
+    jid = new_jid()
+    item = definition.item(jid)
+    item["created_at"] = created_at
+    moment = dt.datetime.fromtimestamp(tick, dt.UTC)
+    pushed, outcome = scripts.periodic_claim(
+        client,
+        name=definition.name,
+        queue=definition.queue,
+        tick=tick,
+        tick_iso=moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        tick_ruby=moment.strftime(RUBY_TIME_FORMAT),
+        data=JSON_ENCODER.encode(item),
+        jid=jid,
+        missed=definition.missed,
+        missed_after_seconds=MISSED_AFTER_SECONDS,
+        jid_history_size=JID_HISTORY_SIZE,
+    )
+    text = outcome.decode() if isinstance(outcome, bytes) else str(outcome)
+    return bool(int(pushed)), text, jid
+
+
+def record_outcome(client: redis.Redis, item: dict[str, Any], *, error: BaseException | None, finished_at: float) -> None:
+    """Note how a job pushed by a tick ended (for the dashboard); a lost write only loses that note."""
+    name = item.get(PERIODIC_KEY)
+    if not isinstance(name, str) or not name:
+        return
+    outcome = "succeeded" if error is None else f"failed: {type(error).__name__}"
+    try:
+        client.hset(
+            keys.cron_job(name),
+            mapping={
+                "jobsapp_last_outcome": outcome,
+                "jobsapp_last_finished_at": repr(finished_at),
+                "jobsapp_last_outcome_jid": str(item.get("jid", "")),
+            },
+        )
+    except CONNECTION_ERRORS as exc:  # the job's own fate is decided elsewhere; only the note is lost
+        logger.warning("periodic %s: could not record the outcome (%s)", name, exc)
+
+
+class PeriodicScheduler(Component):
+    """Claims the ticks of this installation's periodic jobs; see the module header."""
+
+    thread_name = "periodic"
+
+    def __init__(self, *, client: redis.Redis, jobs: list[Definition], poll_seconds: float = PERIODIC_POLL_SECONDS) -> None:
+        super().__init__()
+        self.client = client
+        self.jobs = jobs
+        self.poll_seconds = poll_seconds
+        self._registered = False
+        self._asked: dict[str, int] = {}  # name -> last tick this process asked about
+
+    def tick(self) -> float:
+        """Claim every job's latest tick not asked about yet; seconds until the next tick."""
+        now = server_time(self.client)
+        if not self._registered:
+            for definition in self.jobs:
+                register(self.client, definition, server_now=now)
+            self._registered = True
+        wait = self.poll_seconds
+        for definition in self.jobs:
+            tick = definition.previous_tick(now)
+            if self._asked.get(definition.name) != tick:
+                pushed, outcome, jid = claim(self.client, definition, tick, created_at=now)
+                if outcome != "early":
+                    self._asked[definition.name] = tick
+                if pushed:
+                    logger.info("periodic %s: tick %d enqueued as jid=%s", definition.name, tick, jid)
+                elif outcome == "skipped":
+                    logger.info("periodic %s: missed tick %d skipped", definition.name, tick)
+            wait = min(wait, definition.next_tick(now) - now)
+        return max(wait, 0.0)
+
+    def _run(self) -> None:
+        backoff = Backoff()
+        while not self._stop.is_set():
+            try:
+                wait = self.tick()
+            except CONNECTION_ERRORS as exc:
+                if backoff.failures == 0:
+                    logger.warning("periodic: Redis unavailable (%s); retrying with backoff", exc)
+                self._stop.wait(backoff.next_delay())
+                continue
+            except redis.ResponseError as exc:
+                logger.warning("periodic: Redis refused a claim (%s)", exc)
+                self._stop.wait(backoff.next_delay())
+                continue
+            backoff.reset()
+            # a little past the tick, so the server's clock has reached it when we ask
+            self._stop.wait(wait + 0.002)

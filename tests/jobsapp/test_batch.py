@@ -1,0 +1,126 @@
+"""Redis-only batches: callbacks fire once every job has run (complete) or succeeded (success),
+never while jobs are still being added, exactly once with racing workers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobsapp.batch import Batch
+from jobsapp.connection import get_redis
+from jobsapp.fetch import UnitOfWork
+from jobsapp.payload import decode
+from jobsapp.processor import Processor
+from jobsapp.retry import RetryPolicy
+from tests.testapp.jobs import BatchComplete, BatchMember, BatchSuccess, Noop, UniqueRecord
+from tests.workers import WorkerProcess, wait_until
+
+INFLIGHT = "jobsapp:inflight:batch-test"
+
+
+def run_next(redis, queue: str = "default"):
+    raw = redis.lmove(f"queue:{queue}", INFLIGHT, "RIGHT", "LEFT")
+    return Processor(RetryPolicy(get_redis(), INFLIGHT)).process(UnitOfWork(raw, queue)), decode(raw)
+
+
+def callbacks(redis) -> list[tuple[str, list]]:
+    return [(item["class"], item["args"]) for item in map(json.loads, reversed(redis.lrange("queue:callbacks", 0, -1)))]
+
+
+@pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
+def test_callbacks_fire_once_after_every_job_ran_and_not_while_jobs_are_added(redis):
+    # Given a batch of three jobs, the first of which runs while the block is still adding jobs
+    batch = Batch(on_complete=BatchComplete, on_success=BatchSuccess, description="three")
+    with batch.jobs():
+        BatchMember.perform_async("a")
+        run_next(redis)
+        BatchMember.perform_bulk([["b"], ["c"]])
+        assert callbacks(redis) == []
+    # When the other two run
+    run_next(redis)
+    assert callbacks(redis) == []
+    run_next(redis)
+    # Then both callbacks were pushed once, with the batch id and its counts
+    counts = {"total": 3, "succeeded": 3, "failed": 0}
+    assert callbacks(redis) == [(BatchComplete.wire_name(), [batch.bid, counts]), (BatchSuccess.wire_name(), [batch.bid, counts])]
+    status = batch.status()
+    assert status is not None and status.complete and status.success and status.description == "three"
+
+
+@pytest.mark.django_db
+def test_a_failure_completes_the_batch_and_success_waits_for_the_retry(redis):
+    # Given a batch of two jobs, one failing on its first run
+    batch = Batch(on_complete=BatchComplete, on_success=BatchSuccess)
+    with batch.jobs():
+        BatchMember.perform_async("ok")
+        BatchMember.perform_async("flaky", fail=True)
+    run_next(redis)
+    _, failing = run_next(redis)
+    # Then complete fired (every job ran once), success did not
+    assert callbacks(redis) == [(BatchComplete.wire_name(), [batch.bid, {"total": 2, "succeeded": 1, "failed": 1}])]
+    # When the retry of the failed job succeeds
+    redis.delete("retry", "queue:callbacks")
+    redis.lpush("queue:default", json.dumps({**failing, "kwargs": {}}))
+    run_next(redis)
+    # Then success fires, once
+    assert callbacks(redis) == [(BatchSuccess.wire_name(), [batch.bid, {"total": 2, "succeeded": 2, "failed": 0}])]
+
+
+def test_a_refused_unique_push_is_not_waited_for_and_plain_jobs_carry_no_batch(redis):
+    # Given a unique job already pushed, then pushed again inside a batch with another job
+    UniqueRecord.perform_async("held")
+    batch = Batch(on_complete=BatchComplete)
+    with batch.jobs():
+        refused = UniqueRecord.perform_async("held")
+        Noop.perform_async(1)
+    # Then the refused push is not counted in the batch; jobs outside a batch carry no "bid"
+    status = batch.status()
+    assert refused is None and status is not None and (status.total, status.pending) == (1, 1)
+    outside, inside = (json.loads(raw) for raw in redis.lrange("queue:default", 0, -1)[::-1])
+    assert "bid" not in outside and inside["bid"] == batch.bid
+
+
+@pytest.mark.slow
+def test_racing_workers_fire_each_callback_exactly_once(redis_server, redis):
+    # Given a batch of 60 jobs run by three worker processes of 6 threads each
+    batch = Batch(on_complete=BatchComplete, on_success=BatchSuccess)
+    with batch.jobs():
+        BatchMember.perform_bulk([[index] for index in range(60)])
+    with WorkerProcess(["-P", "3", "-c", "6", "-q", "default", "-q", "callbacks"], redis_url=redis_server.url):
+        # When they run every job and the callbacks
+        wait_until(lambda: redis.llen("test:batch_callbacks") >= 2, timeout_seconds=60, message="both callbacks ran")
+        wait_until(lambda: redis.llen("queue:callbacks") == 0 and redis.llen("queue:default") == 0, message="queues drained")
+    # Then each callback ran exactly once
+    ran = sorted(json.loads(value) for value in redis.lrange("test:batch_callbacks", 0, -1))
+    counts = {"failed": 0, "succeeded": 60, "total": 60}
+    assert ran == [["complete", batch.bid, counts], ["success", batch.bid, counts]]
+
+
+def test_the_cli_shows_a_batch(redis):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    batch = Batch(description="cli")
+    with batch.jobs():
+        Noop.perform_bulk([[1], [2]])
+    out = StringIO()
+    call_command("jobs", "batch", batch.bid, "--json", stdout=out)
+    shown = json.loads(out.getvalue())
+    assert (shown["total"], shown["pending"], shown["complete"], shown["description"]) == (2, 2, False, "cli")
+    with pytest.raises(CommandError, match="no batch"):
+        call_command("jobs", "batch", "0" * 16, stdout=StringIO())
+
+
+def test_a_batch_without_redis_raises_the_documented_error(settings):
+    from jobsapp import RedisUnavailable, connection
+    from tests.redis_server import free_port
+
+    # Given Redis down, When a batch's block is entered, Then RedisUnavailable and nothing runs in it
+    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    connection.reset()
+    entered = []
+    with pytest.raises(RedisUnavailable, match="Redis is unavailable"), Batch().jobs():
+        entered.append(True)
+    assert entered == []

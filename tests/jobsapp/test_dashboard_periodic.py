@@ -1,0 +1,50 @@
+"""The dashboard's Periodic page and its actions (staff only, POST + CSRF), and the metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from jobsapp import api, periodic
+from jobsapp.connection import get_redis
+
+
+def server_now() -> float:
+    return periodic.server_time(get_redis())
+
+
+@pytest.mark.django_db
+def test_dashboard_page_and_actions_behind_staff_and_csrf(django_user_model, redis):
+    # Given a registered periodic job, a staff user with CSRF checks on, and a member
+    periodic.register(
+        get_redis(),
+        periodic.build("report", {"class": "tests.testapp.jobs.Record", "cron": "*/5 * * * *", "args": ["<b>x</b>"]}),
+        server_now=server_now(),
+    )
+    staff = Client(enforce_csrf_checks=True)
+    staff.force_login(django_user_model.objects.create_user("ops", password="pw-ops-123", is_staff=True))
+    member = Client()
+    member.force_login(django_user_model.objects.create_user("member", password="pw-member-123"))
+    action = reverse("jobsapp:periodic_action")
+    # When the page is read, then it lists the job with its schedule and actions
+    page = staff.get(reverse("jobsapp:periodic"))
+    body = page.content.decode()
+    assert page.status_code == 200 and "*/5 * * * *" in body and ">Disable<" in body and ">Run now<" in body
+    # and mutations need staff, POST and the CSRF token
+    assert member.get(reverse("jobsapp:periodic")).status_code == 403
+    assert member.post(action, {"name": "report", "action": "disable"}).status_code == 403
+    assert staff.post(action, {"name": "report", "action": "disable"}).status_code == 403
+    assert staff.get(action).status_code == 405
+    assert api.PeriodicSet.get("report").enabled
+    token = page.cookies["csrftoken"].value
+    assert staff.post(action, {"name": "report", "action": "disable", "csrfmiddlewaretoken": token}).status_code == 302
+    assert staff.post(action, {"name": "report", "action": "run", "csrfmiddlewaretoken": token}).status_code == 302
+    assert staff.post(action, {"name": "report", "action": "explode", "csrfmiddlewaretoken": token}).status_code == 400
+    assert not api.PeriodicSet.get("report").enabled
+    assert json.loads(redis.rpop("queue:default"))["args"] == ["<b>x</b>"]
+    # and the metrics show it
+    metrics = staff.get(reverse("jobsapp:metrics")).content.decode()
+    assert 'jobs_periodic_enabled{name="report"} 0.0' in metrics

@@ -1,0 +1,120 @@
+"""The django.tasks backend, exercised with Django's own API only against a real runworkers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+django_tasks = pytest.importorskip("django.tasks", reason="django.tasks needs Django 6.0+")
+
+from django.tasks import TaskResultStatus, default_task_backend  # noqa: E402
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist  # noqa: E402
+from django.tasks.signals import task_enqueued  # noqa: E402
+
+from jobsapp import registry  # noqa: E402
+from tests.workers import WorkerProcess, wait_until  # noqa: E402
+
+
+def tasks_module():
+    from tests.testapp import tasks
+
+    return tasks
+
+
+def finished(result):
+    result.refresh()
+    return result.is_finished
+
+
+def test_enqueue_answers_ready_and_pushes_a_job_without_retry(redis):
+    tasks = tasks_module()
+    seen = []
+    task_enqueued.connect(lambda sender, task_result, **kwargs: seen.append(task_result.id), weak=False, dispatch_uid="t1")
+    try:
+        result = tasks.add_numbers.enqueue(2, 3)
+    finally:
+        task_enqueued.disconnect(dispatch_uid="t1")
+    # Then the result is READY with its args, the signal fired, and the job is a registered one
+    assert result.status == TaskResultStatus.READY and result.args == [2, 3] and seen == [result.id]
+    item = json.loads(redis.lindex("queue:default", 0))
+    assert item["class"] == "tests.testapp.tasks.add_numbers" and item["retry"] == 0 and item["retain"] > 0
+    assert registry.is_registered("tests.testapp.tasks.add_numbers")
+    # And get_result reads it back
+    assert default_task_backend.get_result(result.id).status == TaskResultStatus.READY
+
+
+def test_unknown_results_and_priorities_are_refused():
+    tasks = tasks_module()
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result("0" * 24)
+    with pytest.raises(InvalidTask):
+        tasks.add_numbers.using(priority=10)
+
+
+def test_system_check_reports_bad_options(settings):
+    from jobsapp.django_tasks import JobsBackend
+
+    backend = JobsBackend("other", {"QUEUES": ["nowhere"], "OPTIONS": {"RETRY": "yes", "COLOUR": 1}})
+    ids = {message.id for message in backend.check()}
+    assert {"jobsapp.E202", "jobsapp.E203", "jobsapp.W201"} <= ids
+    assert JobsBackend("default", {}).check() == []
+
+
+@pytest.mark.slow
+def test_tasks_run_on_real_workers(redis_server, redis):
+    tasks = tasks_module()
+    # Given tasks enqueued with Django's API: plain, failing, with context, async, deferred
+    ok = tasks.add_numbers.enqueue(20, 22)
+    bad = tasks.fail_task.enqueue("boom")
+    context = tasks.which_attempt.enqueue()
+    doubled = tasks.async_double.enqueue(21)
+    later_time = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1.5)
+    later = tasks.add_numbers.using(run_after=later_time).enqueue(1, 1)
+    assert redis.zcard("schedule") == 1
+    # When a worker runs them
+    with WorkerProcess(["-c", "4", "-q", "default", "-q", "critical"], redis_url=redis_server.url):
+        for result in (ok, bad, context, doubled, later):
+            wait_until(lambda result=result: finished(result), timeout_seconds=15, message=f"{result.task.name} finished")
+    # Then each result is what Django's immediate backend would say
+    assert ok.status == TaskResultStatus.SUCCESSFUL and ok.return_value == 42
+    assert ok.started_at <= ok.finished_at and len(ok.worker_ids) == 1 and ok.attempts == 1
+    assert bad.status == TaskResultStatus.FAILED and bad.errors[0].exception_class_path == "builtins.ValueError"
+    assert "ValueError: boom" in bad.errors[0].traceback and bad.errors[0].exception_class is ValueError
+    assert context.return_value == {"attempt": 1, "id": context.id}
+    assert doubled.return_value == 42
+    assert later.return_value == 2 and later.started_at >= later_time
+    # And the worker sent task_started and task_finished
+    signals = {value.decode() for value in redis.lrange("test:task-signals", 0, -1)}
+    assert {f"{ok.id}:RUNNING", f"{ok.id}:SUCCESSFUL", f"{bad.id}:FAILED"} <= signals
+    # And the failed task went to the dead set (retry 0), where an operator can retry it
+    assert redis.zcard("dead") == 1
+
+
+def test_async_enqueue_and_get_result_and_the_retry_option(redis, settings):
+    import asyncio
+
+    tasks = tasks_module()
+
+    # Given Django's async API, When a task is enqueued and read back, Then both work
+    async def enqueue_and_read():
+        result = await tasks.add_numbers.aenqueue(4, 5)
+        return result, await default_task_backend.aget_result(result.id)
+
+    enqueued, read = asyncio.run(enqueue_and_read())
+    assert read.id == enqueued.id and read.status == TaskResultStatus.READY and read.args == [4, 5]
+    # And with OPTIONS["RETRY"] a task's job is retried that many times
+    settings.TASKS = {"default": {"BACKEND": "jobsapp.django_tasks.JobsBackend", "OPTIONS": {"RETRY": 2}}}
+    tasks.add_numbers.enqueue(1, 1)
+    assert json.loads(redis.lindex("queue:default", 0))["retry"] == 2
+
+
+@pytest.mark.django_db
+def test_enqueue_in_a_transaction_pushes_at_once_as_django_backends_do(redis):
+    from django.db import transaction
+
+    tasks = tasks_module()
+    with transaction.atomic():
+        result = tasks.add_numbers.enqueue(7, 8)
+        assert json.loads(redis.lindex("queue:default", 0))["jid"] == result.id

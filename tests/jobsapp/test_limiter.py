@@ -1,0 +1,208 @@
+"""Limiters: concurrent, window and bucket across real worker processes, a dead holder's slot,
+the reschedule of a job over its limit (not a failure), and JOBSAPP["QUEUE_LIMITS"]."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from jobsapp import client, limiter
+from jobsapp.connection import get_redis
+from jobsapp.fetch import UnitOfWork
+from jobsapp.processor import Processor
+from jobsapp.retry import RetryPolicy
+from tests.testapp.jobs import HELD_ELSEWHERE, RAN_KEY, NeedsHeldLimiter, QueueCapped, UnderConcurrentLimit, UnderWindowLimit
+from tests.workers import WorkerProcess, wait_until
+
+INFLIGHT = "jobsapp:inflight:limiter-test"
+
+
+@pytest.mark.slow
+def test_four_processes_never_exceed_a_concurrent_limit_or_a_queue_cap(redis_server, redis):
+    # Given 200 jobs under concurrent("api", 3), 60 jobs of a queue capped at 2 by settings only,
+    # and 4 worker processes of 4 threads each
+    UnderConcurrentLimit.perform_bulk([[index] for index in range(200)])
+    client.push_bulk({"class": QueueCapped.wire_name(), "queue": "capped", "args": [[index] for index in range(60)]})
+    overrides = {"QUEUE_LIMITS": {"capped": 2}}
+    with WorkerProcess(
+        ["-P", "4", "-c", "4", "-q", "default", "-q", "capped"],
+        redis_url=redis_server.url,
+        env={"JOBSAPP_TEST_OVERRIDES": json.dumps(overrides)},
+    ):
+        # When they run them all
+        wait_until(
+            lambda: redis.llen(RAN_KEY) == 200 and redis.llen("test:limiter:capped_peaks") == 60, timeout_seconds=90, message="all jobs ran"
+        )
+    # Then never more than 3 ran inside the limiter at once, nor more than 2 of the capped queue
+    peaks = [int(value) for value in redis.lrange("test:limiter:peaks", 0, -1)]
+    capped = [int(value) for value in redis.lrange("test:limiter:capped_peaks", 0, -1)]
+    assert len(peaks) == 200 and max(peaks) <= 3 and max(peaks) == 3
+    assert len(capped) == 60 and max(capped) <= 2
+    assert int(redis.get("stat:failed") or 0) == 0
+
+
+@pytest.mark.slow
+def test_four_processes_never_start_more_than_ten_in_any_second_under_a_window(redis_server, redis):
+    # Given 40 jobs under window("api-window", 10, 1) and 4 worker processes of 5 threads each
+    UnderWindowLimit.perform_bulk([[index] for index in range(40)])
+    with WorkerProcess(["-P", "4", "-c", "5"], redis_url=redis_server.url):
+        # When they run them all
+        wait_until(lambda: redis.llen("test:limiter:starts") == 40, timeout_seconds=60, message="all jobs ran")
+    # Then no span of one second holds more than 10 admissions (server-clock times the window gave)
+    starts = sorted(float(value) for value in redis.lrange("test:limiter:starts", 0, -1))
+    assert all(starts[index + 10] - starts[index] >= 1.0 for index in range(len(starts) - 10))
+    assert starts[-1] - starts[0] >= 3.0
+
+
+def test_a_dead_holders_slot_is_freed_by_its_lock_timeout(redis):
+    # Given a one-slot limiter whose holder died without releasing (its block never ended)
+    slot = limiter.concurrent("dies", 1, lock_timeout=0.3, wait_timeout=0)
+    slot.acquire()
+    # When another process asks at once, then after the lock timeout
+    with pytest.raises(limiter.OverLimit, match="dies"):
+        slot.acquire()
+    time.sleep(0.35)
+    # Then the slot is free again
+    assert slot.acquire().acquired_at > 0
+    assert int(redis.hget("jobsapp:limiter:dies", "over_limit")) == 1
+
+
+def test_a_bucket_admits_count_per_aligned_interval():
+    # Given a bucket of 3 per minute
+    per_minute = limiter.bucket("per-minute", 3, "minute", wait_timeout=0)
+    # When it is entered 4 times, Then the 4th is over the limit until the next minute
+    for _ in range(3):
+        with per_minute:
+            pass
+    with pytest.raises(limiter.OverLimit) as error:
+        per_minute.acquire()
+    assert 0 < error.value.retry_in_seconds <= 60
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: limiter.concurrent("x", 0),
+        lambda: limiter.window("x", 10, "fortnight"),
+        lambda: limiter.bucket("x", 5, -1),
+        lambda: limiter.window("", 1, 1),
+        lambda: limiter.concurrent("x", 1, wait_timeout=-1),
+    ],
+)
+def test_bad_limits_are_refused_with_the_reason(make):
+    with pytest.raises(ValueError, match=r"must be|needs"):
+        make()
+
+
+@pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
+def test_a_job_over_its_limit_is_rescheduled_not_failed(redis):
+    # Given a job whose limiter's only slot is held elsewhere, and that never waits
+    HELD_ELSEWHERE.acquire()
+    NeedsHeldLimiter.perform_async()
+    raw = redis.lmove("queue:default", INFLIGHT, "RIGHT", "LEFT")
+    # When a processor runs it
+    result = Processor(RetryPolicy(get_redis(), INFLIGHT)).process(UnitOfWork(raw, "default"))
+    # Then it was put back in the schedule set with backoff and acked: no failure, no retry
+    assert not result.failed and not result.acknowledge
+    assert redis.llen(INFLIGHT) == 0 and redis.zcard("retry") == 0 and redis.zcard("dead") == 0
+    ((member, run_at),) = redis.zrange("schedule", 0, -1, withscores=True)
+    rescheduled = json.loads(member)
+    assert rescheduled["limiter_reschedules"] == 1 and "enqueued_at" not in rescheduled
+    assert time.time() + 0.5 < run_at < time.time() + 400
+
+
+@pytest.mark.django_db
+def test_after_too_many_reschedules_over_limit_is_a_failure(redis):
+    # Given a job already rescheduled the most times, whose limiter is still full
+    HELD_ELSEWHERE.acquire()
+    client.push({"class": NeedsHeldLimiter.wire_name(), "args": [], "limiter_reschedules": limiter.MAX_RESCHEDULES})
+    raw = redis.lmove("queue:default", INFLIGHT, "RIGHT", "LEFT")
+    # When it runs again, Then it fails and is retried like any exception
+    result = Processor(RetryPolicy(get_redis(), INFLIGHT)).process(UnitOfWork(raw, "default"))
+    assert result.failed and redis.zcard("retry") == 1 and redis.zcard("schedule") == 0
+    assert json.loads(redis.zrange("retry", 0, 0)[0])["error_class"] == "jobsapp.limiter.OverLimit"
+
+
+@pytest.mark.django_db
+def test_limits_show_on_the_dashboard_the_cli_and_the_metrics(django_user_model, redis):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.test import Client
+    from django.urls import reverse
+
+    # Given a concurrent limiter with one slot held and one refusal, and a window with one entry
+    held = limiter.concurrent("partner", 2, wait_timeout=0)
+    held.acquire()
+    full = limiter.concurrent("full", 1, wait_timeout=0)
+    full.acquire()
+    with pytest.raises(limiter.OverLimit):
+        full.acquire()
+    with limiter.window("mail", 10, 60):
+        pass
+    from tests.testapp.jobs import UniqueRecord
+
+    unique_jid = UniqueRecord.perform_async("locked")
+    staff = Client()
+    staff.force_login(django_user_model.objects.create_user("ops", password="pw-ops-123", is_staff=True))
+    # When the page, the CLI and the metrics are read
+    page = staff.get(reverse("jobsapp:limits")).content.decode()
+    out = StringIO()
+    call_command("jobs", "limits", "--json", stdout=out)
+    listed = {entry["name"]: entry for entry in json.loads(out.getvalue())}
+    metrics = staff.get(reverse("jobsapp:metrics")).content.decode()
+    # Then each shows the limiters, how full they are and the refusals
+    assert 'data-limiter="partner"' in page and 'data-limiter="mail"' in page
+    assert unique_jid in page, "the unique job's lock is listed with the jid holding it"
+    assert (listed["partner"]["in_use"], listed["partner"]["limit"]) == (1, 2)
+    assert (listed["full"]["in_use"], listed["full"]["over_limit"]) == (1, 1)
+    assert listed["mail"]["in_use"] == 1 and listed["mail"]["per_seconds"] == 60
+    assert 'jobs_limiter_in_use{kind="concurrent",name="partner"} 1.0' in metrics
+
+
+@pytest.mark.parametrize("value", [{"imports": 0}, {"imports": "2"}, ["imports"], {"": 1}])
+def test_a_bad_queue_limit_is_a_check_error_and_the_worker_refuses_it(settings, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from jobsapp.checks import check_settings
+
+    # Given a bad QUEUE_LIMITS setting
+    settings.JOBSAPP = {**settings.JOBSAPP, "QUEUE_LIMITS": value}
+    # Then the system check names it, and a processor will not be built with it
+    assert [message.id for message in check_settings() if "QUEUE_LIMITS" in message.msg] == ["jobsapp.E011"]
+    with pytest.raises(ImproperlyConfigured, match="QUEUE_LIMITS"):
+        Processor(RetryPolicy(get_redis(), INFLIGHT))
+
+
+def test_async_tasks_sharing_a_limiter_each_release_their_own_slot(redis):
+    import asyncio
+
+    shared = limiter.concurrent("aio", 2, wait_timeout=0)
+    permits = {}
+
+    async def holder(name, entered, leave):
+        async with shared as permit:
+            permits[name] = permit
+            entered.set()
+            await leave.wait()
+
+    async def scenario():
+        # Given two tasks of one event loop inside the same limiter, the first entered first
+        first_in, second_in, first_leave, second_leave = (asyncio.Event() for _ in range(4))
+        first = asyncio.create_task(holder("first", first_in, first_leave))
+        await first_in.wait()
+        second = asyncio.create_task(holder("second", second_in, second_leave))
+        await second_in.wait()
+        # When the first leaves while the second is still inside
+        first_leave.set()
+        await first
+        held = [token.decode() for token in redis.zrange("jobsapp:limiter:aio:holders", 0, -1)]
+        second_leave.set()
+        await second
+        return held
+
+    # Then the slot still held is the second task's, and none is left at the end
+    assert asyncio.run(scenario()) == [permits["second"].token]
+    assert redis.zcard("jobsapp:limiter:aio:holders") == 0

@@ -1,0 +1,134 @@
+"""Worker logs like Sidekiq's (issue 8): runworkers' own handler when the project configured
+none (time, pid, thread, level), a line per job start and finish, lifecycle lines, ``-v`` levels,
+JSON lines with the structured fields, and a second stop signal that hurries the shutdown."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import signal
+import time
+
+import pytest
+
+from jobsapp import logs
+from jobsapp.launcher import SECOND_SIGNAL_AFTER_SECONDS, WorkerOptions
+from jobsapp.launcher import WorkerProcess as Launched
+from tests.testapp.jobs import Record, Sleep
+from tests.workers import WorkerProcess, wait_until
+
+LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pid=\d+ tid=\S+ (DEBUG|INFO|WARNING|ERROR) jobsapp\.\S+: .+$")
+
+
+@pytest.fixture
+def unconfigured(monkeypatch):
+    """Call it first: no handler anywhere above the jobsapp loggers (pytest adds its capture
+    handlers to the root logger only once the test runs, after the fixtures)."""
+    jobsapp_logger = logging.getLogger("jobsapp")
+    level = jobsapp_logger.level
+
+    def clear() -> None:
+        monkeypatch.setattr(logging.getLogger(), "handlers", [])
+        monkeypatch.setattr(jobsapp_logger, "handlers", [])
+
+    yield clear
+    if logs._installed is not None:
+        jobsapp_logger.removeHandler(logs._installed)
+        logs._installed = None
+    jobsapp_logger.setLevel(level)
+
+
+def test_an_unconfigured_project_gets_a_handler_with_time_pid_thread_and_level(unconfigured):
+    unconfigured()
+    stream = io.StringIO()
+    assert logs.configure(verbosity=1, stream=stream) is not None
+    logging.getLogger("jobsapp.processor").info("class=%s jid=%s done", "app.jobs.X", "abc")
+    logging.getLogger("jobsapp.processor").debug("not at -v 1")
+    [line] = stream.getvalue().splitlines()
+    assert LINE.match(line) and line.endswith("INFO jobsapp.processor: class=app.jobs.X jid=abc done"), line
+    # Configuring twice (a test, a restart) replaces the handler instead of doubling lines
+    logs.configure(verbosity=2, stream=stream)
+    logging.getLogger("jobsapp.launcher").debug("now at -v 2")
+    assert stream.getvalue().count("\n") == 2 and "now at -v 2" in stream.getvalue()
+
+
+@pytest.mark.parametrize(("verbosity", "level"), [(0, logging.WARNING), (1, logging.INFO), (2, logging.DEBUG), (3, logging.DEBUG)])
+def test_verbosity_sets_the_level(unconfigured, verbosity, level):
+    unconfigured()
+    logs.configure(verbosity=verbosity, stream=io.StringIO())
+    assert logging.getLogger("jobsapp").level == level
+
+
+def test_json_lines_carry_the_extra_fields(unconfigured):
+    unconfigured()
+    stream = io.StringIO()
+    logs.configure(log_format="json", stream=stream)
+    fields = {"job_class": "app.jobs.X", "jid": "0123456789abcdef01234567", "queue": "default", "elapsed_ms": 12.5}
+    logging.getLogger("jobsapp.processor").info("class=%s done", "app.jobs.X", extra=fields)
+    document = json.loads(stream.getvalue())
+    assert document["message"] == "class=app.jobs.X done" and document["level"] == "INFO"
+    assert {"time", "pid", "thread", "logger"} <= set(document)
+    assert {key: document[key] for key in fields} == fields
+
+
+def test_a_project_that_configured_logging_keeps_its_handlers(monkeypatch):
+    # Given a root handler (as settings.LOGGING installs), Then runworkers adds none of its own
+    monkeypatch.setattr(logging.getLogger("jobsapp"), "handlers", [])
+    assert logging.getLogger().handlers  # pytest's, standing in for the project's
+    assert logs.configure(verbosity=1, stream=io.StringIO()) is None
+
+
+def test_a_bad_log_format_is_refused():
+    with pytest.raises(ValueError, match="json"):
+        logs.configure(log_format="xml")
+
+
+@pytest.mark.slow
+def test_worker_logs_jobs_and_lifecycle_and_a_second_term_hurries_the_shutdown(redis_server, redis):
+    # Given a worker in a project without logging configuration, a slow job and a quick one
+    worker = WorkerProcess(
+        ["-c", "2", "-t", "60"],
+        env={"DJANGO_SETTINGS_MODULE": "tests.settings_unconfigured_logging"},
+        redis_url=redis_server.url,
+        stop_timeout_seconds=20,
+    ).start()
+    jid = Record.perform_async("quick")
+    Sleep.perform_async(120, "slow")
+    wait_until(lambda: redis.llen("test:started") == 1 and f"jid={jid}" in worker.output and "done" in worker.output, message="jobs ran")
+    # When it is told to stop, and told again while the slow job runs
+    worker.signal(signal.SIGTERM)
+    wait_until(lambda: "stopping:" in worker.output, message="the worker said it is stopping")
+    time.sleep(SECOND_SIGNAL_AFTER_SECONDS + 0.1)  # a second signal, not the first one delivered twice
+    worker.signal(signal.SIGTERM)
+    # Then it puts the slow job back at once (not after -t 60) and exits cleanly
+    assert worker.stop() == 0
+    output = worker.output
+    lines = [line for line in output.splitlines() if line.startswith("20")]
+    assert lines and all(LINE.match(line) for line in lines), output
+    started = r"INFO jobsapp\.launcher: process \S+ started: 2 threads, queues default, reliable fetch, Redis redis://127\.0\.0\.1:\d+/0"
+    assert re.search(started, output)
+    assert re.search(rf"INFO jobsapp\.processor: class=\S+\.Record jid={jid} queue=default start", output)
+    assert re.search(rf"INFO jobsapp\.processor: class=\S+\.Record jid={jid} queue=default elapsed_ms=[\d.]+ done", output)
+    assert "stopping: waiting up to 60 s for 1 running jobs" in output
+    assert "second stop signal: putting 1 running jobs back now" in output
+    assert re.search(r"class=\S+\.Sleep jid=\w+ queue=default put back \(unfinished at shutdown\)", output)
+    assert json.loads(redis.lindex("queue:default", -1))["class"].endswith(".Sleep")
+
+
+def test_one_ctrl_c_delivered_twice_does_not_hurry_but_a_second_one_does():
+    # Given a worker process and a clock we move (with -P, one Ctrl-C reaches a child from the
+    # terminal and again from the parent that forwards it)
+    now = [100.0]
+    process = Launched(WorkerOptions(), clock=lambda: now[0])
+    # When the same Ctrl-C arrives twice at once, Then the worker stops without hurrying
+    process.on_signal("INT")
+    process.on_signal("INT")
+    process._handle_pending_signals()
+    assert process.stop_requested.is_set() and not process.hurry_requested.is_set()
+    # When the user presses Ctrl-C again a moment later, Then it hurries
+    now[0] += SECOND_SIGNAL_AFTER_SECONDS
+    process.on_signal("TERM")
+    process._handle_pending_signals()
+    assert process.hurry_requested.is_set()

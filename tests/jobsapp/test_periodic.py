@@ -1,0 +1,244 @@
+"""Periodic jobs: definitions, the tick claim (periodic_claim.lua), sidekiq-cron's layout, and
+real worker processes ticking together."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+import zoneinfo
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from jobsapp import api, periodic
+from jobsapp.connection import get_redis
+from tests.testapp.jobs import RAN_KEY
+from tests.workers import WorkerProcess
+
+RECORD = "tests.testapp.jobs.Record"
+
+
+def definition(**spec):
+    return periodic.build(spec.pop("name", "report"), {"class": RECORD, **spec})
+
+
+def server_now() -> float:
+    return periodic.server_time(get_redis())
+
+
+def test_racing_processes_claim_a_tick_exactly_once(redis):
+    # Given a job every 10 s, registered, and the tick after the registration's one
+    job = definition(every=10, args=["tick"])
+    now = server_now()
+    periodic.register(get_redis(), job, server_now=now - 10)
+    tick = job.previous_tick(now)
+    results = []
+    barrier = threading.Barrier(10)
+
+    # When 10 threads claim that tick at once
+    def claim():
+        barrier.wait()
+        results.append(periodic.claim(get_redis(), job, tick, created_at=now))
+
+    threads = [threading.Thread(target=claim) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    # Then one pushed the job, the nine others were told it was done
+    assert sorted(outcome for _, outcome, _ in results) == ["done"] * 9 + ["enqueued"]
+    assert redis.llen("queue:default") == 1
+    pushed = json.loads(redis.rpop("queue:default"))
+    assert pushed["class"] == RECORD and pushed["args"] == ["tick"] and pushed["periodic"] == "report"
+    assert pushed["enqueued_at"] >= now - 1
+    # and the hash is in sidekiq-cron's layout
+    fields = {key.decode(): value.decode() for key, value in redis.hgetall("cron_job:report").items()}
+    assert redis.sismember("cron_jobs", "cron_job:report")
+    assert fields["status"] == "enabled" and fields["klass"] == RECORD and fields["jobsapp_last_jid"] == pushed["jid"]
+    assert json.loads(redis.lindex("cron_job:report:jid_history", 0))["jid"] == pushed["jid"]
+    assert redis.zcard("cron_job:report:enqueued") == 1
+
+
+def test_a_new_job_starts_from_its_next_tick_and_a_future_tick_is_early(redis):
+    # Given a daily job declared now
+    job = definition(cron="0 9 * * *", timezone="Europe/Paris")
+    now = server_now()
+    periodic.register(get_redis(), job, server_now=now)
+    # When its latest past tick and its next tick are claimed
+    past = periodic.claim(get_redis(), job, job.previous_tick(now), created_at=now)
+    future = periodic.claim(get_redis(), job, job.next_tick(now), created_at=now)
+    # Then neither runs: the past one counts as done, the future one is not due by the server clock
+    assert past[:2] == (False, "done")
+    assert future[:2] == (False, "early")
+    assert redis.llen("queue:default") == 0
+    # and 09:00 Paris time is the next tick
+    moment = dt.datetime.fromtimestamp(job.next_tick(now), zoneinfo.ZoneInfo("Europe/Paris"))
+    assert (moment.hour, moment.minute) == (9, 0)
+
+
+@pytest.mark.parametrize(("missed", "pushed"), [("run_once", 1), ("skip", 0)])
+def test_after_downtime_a_missed_tick_runs_once_or_is_skipped(redis, missed, pushed):
+    # Given a minutely job whose last tick was an hour ago (the workers were down since)
+    job = definition(every=60, missed=missed)
+    now = server_now()
+    periodic.register(get_redis(), job, server_now=now - 3600)
+    # When a process comes back 2 minutes after the latest tick and claims the sixty missed
+    # ticks it could see, oldest first, then the latest one again
+    latest = job.previous_tick(now) - 120
+    outcomes = [periodic.claim(get_redis(), job, latest, created_at=now)[1] for _ in range(2)]
+    # Then the job ran once (run_once) or not at all (skip), never once per missed tick
+    assert redis.llen("queue:default") == pushed
+    assert outcomes == (["enqueued", "done"] if pushed else ["skipped", "done"])
+
+
+def test_a_disabled_job_does_not_run_until_enabled(redis):
+    # Given a job every second, disabled from the dashboard's API
+    job = definition(every=1)
+    now = server_now()
+    periodic.register(get_redis(), job, server_now=now - 5)
+    assert api.PeriodicSet.set_enabled("report", False)
+    # When a tick is claimed, then the job is enabled and the next tick claimed
+    first = periodic.claim(get_redis(), job, job.previous_tick(now) - 1, created_at=now)
+    assert api.PeriodicSet.set_enabled("report", True)
+    second = periodic.claim(get_redis(), job, job.previous_tick(now), created_at=now)
+    # Then only the second ran
+    assert first[1] == "disabled" and second[1] == "enqueued"
+    assert redis.llen("queue:default") == 1
+    assert api.PeriodicSet.set_enabled("missing", True) is False
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"class": RECORD, "cron": "61 * * * *"}, "not a cron expression"),
+        ({"class": RECORD, "cron": "* * * * *", "every": 5}, "exactly one"),
+        ({"class": RECORD}, "exactly one"),
+        ({"class": RECORD, "every": 0}, "whole number of seconds"),
+        ({"class": "os.system", "every": 5}, "not a registered job class"),
+        ({"class": RECORD, "every": 5, "timezone": "Mars/Olympus"}, "unknown timezone"),
+        ({"class": RECORD, "every": 5, "sometimes": True}, "unknown key(s) sometimes"),
+        ({"class": RECORD, "every": 5, "args": [object()]}, "args"),
+        ({"class": RECORD, "every": 5, "missed": "twice"}, '"missed"'),
+    ],
+)
+def test_bad_definitions_are_refused_with_the_reason(settings, spec, message):
+    # Given a PERIODIC setting with one bad entry
+    settings.JOBSAPP = {**settings.JOBSAPP, "PERIODIC": {"report": spec}}
+    # When the definitions are read, then the error names the job and the problem
+    with pytest.raises(ImproperlyConfigured, match="report") as error:
+        periodic.definitions()
+    assert message in str(error.value)
+
+
+def test_a_ruby_sidekiq_cron_job_shows_up_and_can_be_run_now(redis):
+    # Given a cron job saved by Ruby's sidekiq-cron 1.8 (its hash fields, its set member)
+    redis.sadd("cron_jobs", "cron_job:nightly")
+    redis.hset(
+        "cron_job:nightly",
+        mapping={
+            "name": "nightly",
+            "klass": "HardWorker",
+            "cron": "30 2 * * * Europe/Paris",
+            "args": '["bob",1]',
+            "message": '{"retry":true,"queue":"low","class":"HardWorker","args":["bob",1]}',
+            "status": "enabled",
+            "active_job": "false",
+            "last_enqueue_time": "2026-11-20 01:30:00 +0000",
+        },
+    )
+    # When the periodic jobs are listed and the Ruby job is run now
+    (job,) = api.PeriodicSet.all()
+    jid = api.PeriodicSet.run_now("nightly")
+    # Then it is listed with its schedule, times and queue, and its message was pushed as is
+    assert (job.name, job.ours, job.job_class, job.queue, job.enabled) == ("nightly", False, "HardWorker", "low", True)
+    assert job.last_enqueued_at == dt.datetime(2026, 11, 20, 1, 30, tzinfo=dt.UTC).timestamp()
+    assert job.next_run_at is not None and job.next_run_at > job.server_now
+    pushed = json.loads(redis.rpop("queue:low"))
+    assert pushed["jid"] == jid and pushed["args"] == ["bob", 1] and pushed["class"] == "HardWorker"
+    assert api.PeriodicSet.get("nightly").last_jid == jid
+
+
+@pytest.mark.slow
+def test_every_second_with_three_processes_runs_once_per_second(redis_server, redis):
+    # Given a job every second, and three worker processes that all tick it
+    overrides = {"PERIODIC": {"beat": {"class": RECORD, "every": 1, "args": ["beat"]}}}
+    with WorkerProcess(["-P", "3", "-c", "2"], redis_url=redis_server.url, env={"JOBSAPP_TEST_OVERRIDES": json.dumps(overrides)}):
+        # When they run for 10 seconds
+        time.sleep(10)
+        runs = redis.llen(RAN_KEY)
+        job = api.PeriodicSet.get("beat")
+    # Then the job ran about once a second, not once per process per second
+    assert 8 <= runs <= 12, runs
+    assert job is not None and job.ours and job.schedule == "every 1 s"
+    assert job.last_outcome == "succeeded" and job.enqueued_count >= runs
+
+
+def test_cli_lists_disables_enables_and_runs(redis):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    # Given a registered periodic job
+    periodic.register(get_redis(), definition(every=30), server_now=server_now())
+    # When the CLI disables it, lists it, enables it and runs it
+    out = StringIO()
+    call_command("jobs", "periodic", "disable", "report", stdout=out)
+    call_command("jobs", "periodic", "--json", stdout=out)
+    listed = json.loads(out.getvalue().split("\n", 1)[1])
+    call_command("jobs", "periodic", "enable", "report", stdout=StringIO())
+    call_command("jobs", "periodic", "run", "report", stdout=StringIO())
+    # Then each took effect, and an unknown name is a clear error
+    assert listed[0]["name"] == "report" and listed[0]["enabled"] is False and listed[0]["schedule"] == "every 30 s"
+    assert api.PeriodicSet.get("report").enabled and redis.llen("queue:default") == 1
+    with pytest.raises(CommandError, match="no periodic job 'nope'"):
+        call_command("jobs", "periodic", "run", "nope", stdout=StringIO())
+
+
+def test_the_decorator_declares_a_periodic_job_and_a_name_clash_is_a_check_error(settings):
+    from jobsapp import Job, periodic_job
+    from jobsapp.checks import check_periodic
+
+    # Given a job class declared periodic with the decorator
+    @periodic_job(cron="0 */2 * * *", args=[1], timezone="America/New_York")
+    class Digest(Job):
+        def perform(self, value):
+            return value
+
+    try:
+        # When the definitions are read
+        (declared,) = [each for each in periodic.definitions() if each.job_class is Digest]
+        # Then it is named after the class, with its schedule
+        assert declared.name == Digest.wire_name() and declared.schedule == "0 */2 * * * (America/New_York)"
+        assert declared.args == [1] and declared.queue == "default"
+        # and a settings entry of the same name is reported by the system check
+        settings.JOBSAPP = {**settings.JOBSAPP, "PERIODIC": {Digest.wire_name(): {"class": RECORD, "every": 5}}}
+        (error,) = check_periodic()
+        assert error.id == "jobsapp.E010" and "both in settings and by @periodic_job" in error.msg
+    finally:
+        periodic._declared.pop(Digest.wire_name(), None)
+        from jobsapp import registry
+
+        registry.unregister(Digest.wire_name())
+
+
+@pytest.mark.slow
+def test_a_host_whose_clock_runs_ahead_runs_no_tick_early(redis_server, redis):
+    # Given a worker whose wall clock runs 90 s ahead (tests/faults/clock.py), ticking a job every 2 s
+    overrides = {"PERIODIC": {"skewed": {"class": RECORD, "every": 2, "args": ["skewed"]}}}
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.faults.settings",
+        "JOBSAPP_TEST_CLOCK_OFFSET_SECONDS": "90",
+        "JOBSAPP_TEST_OVERRIDES": json.dumps(overrides),
+    }
+    with WorkerProcess(["-c", "2"], env=env, redis_url=redis_server.url) as worker:
+        assert float(redis.hget(worker.identity, "beat")) - time.time() > 80, "its clock really is ahead"
+        # When it runs for 5 seconds
+        time.sleep(5)
+        now = server_now()
+        ticks = [score for _, score in redis.zrange("cron_job:skewed:enqueued", 0, -1, withscores=True)]
+    # Then every tick it claimed was due by the server's clock, and it ran once per tick
+    assert ticks and max(ticks) <= now
+    assert 2 <= redis.llen(RAN_KEY) <= 4 and redis.llen(RAN_KEY) == len(ticks)
