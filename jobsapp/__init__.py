@@ -5,6 +5,7 @@ The public API. Everything else is an implementation module; see the README.
 
 from .errors import (
     JobsError,
+    JobTimeout,
     MalformedPayload,
     NoRetryError,
     PayloadTooLarge,
@@ -21,6 +22,7 @@ from .periodic import periodic_job
 __all__ = [
     "ClientMiddleware",
     "Job",
+    "JobTimeout",
     "JobsError",
     "MalformedPayload",
     "NoRetryError",

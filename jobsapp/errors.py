@@ -38,6 +38,17 @@ class NoRetryError(JobsError):
     recorded by middleware, and it is neither retried nor sent to the dead set."""
 
 
+class JobTimeout(JobsError):
+    """The job ran past its ``sidekiq_options(timeout=seconds)``. Raised inside the job (an async
+    job is cancelled; a sync job gets it in its thread the next time it runs Python code), it
+    fails the job like any exception: retried with ``error_class`` ``jobsapp.errors.JobTimeout``,
+    then dead. Code that catches it (or ``Exception``) and carries on keeps running: the timeout
+    is not enforced a second time. Constructed without arguments, it carries a default message."""
+
+    def __init__(self, message: str = "the job ran past its timeout") -> None:
+        super().__init__(message)
+
+
 class ReplicationTimeout(JobsError):
     """A push was written to the master, but fewer than ``ENQUEUE_REPLICAS`` replicas confirmed
     it within ``ENQUEUE_REPLICAS_TIMEOUT_SECONDS``. The job is enqueued and will normally run;

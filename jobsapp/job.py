@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, ClassVar, TypeVar
 
-from . import registry
+from . import registry, timeouts
 from . import transactions as _transactions
 from .payload import Item
 
@@ -33,6 +33,9 @@ def sidekiq_options(**options: Any) -> Callable[[JobType], JobType]:
     wire name ``class_name``; any other option rides in every payload untouched (the tracking
     layer reads ``use_task_event`` from there).
     """
+
+    if options.get(timeouts.TIMEOUT_KEY) is not None:  # a bad value fails where the class is declared
+        timeouts.timeout_seconds(options)
 
     def apply(cls: JobType) -> JobType:
         previous_name = cls.wire_name()
