@@ -1,6 +1,10 @@
-"""The launcher: starts and stops a worker process's components, and supervises ``-P`` children.
+"""The launcher: starts and stops one worker process's components (``WorkerProcess``).
 
-Start order (``WorkerProcess.run``):
+``WorkerProcess.run`` is four steps, each a method: ``connect`` (start steps 1-2), ``build``
+(construct every component, start none), ``serve`` (start steps 3-4, then handle signals until
+TERM/INT) and ``shutdown``. The parts built are one ``Components`` record.
+
+Start order:
 1. wait for Redis (logging, capped backoff) and check it is >= 6.2; warn when
    ``maxmemory-policy`` is not ``noeviction`` (Redis could silently drop queued jobs);
 2. claim the supervisor slot and recover the previous occupant's in-flight jobs at once (Redis
@@ -10,16 +14,15 @@ Start order (``WorkerProcess.run``):
    periodic jobs are defined), the orphan sweeper.
 
 Shutdown order (TERM/INT, or TERM through ``<identity>-signals``):
-1. quiet: stop fetching, put buffered jobs back (TSTP stops here);
-2. stop the scheduler, the periodic-job ticker and the sweeper;
+1. stop the scheduler, the periodic-job ticker and the sweeper;
+2. quiet: stop fetching, put buffered jobs back (TSTP alone stops here);
 3. wait up to ``timeout`` for running jobs (a second TERM/INT, a second Ctrl-C, cuts the wait
    short, as in Sidekiq); flush acknowledgements; put every still-running job back at the front
    of its queue;
 4. last heartbeat clean-up, then exit (the process does not wait for stuck job threads).
 
-With ``-P N`` the parent forks N children, one per slot, each a ``WorkerProcess`` with its own
-identity; it restarts a child that dies (same slot, so its in-flight jobs come back at once) and
-forwards TERM/INT/TSTP/TTIN to them. The parent holds no Redis connection.
+With ``-P N`` the supervisor (supervisor.py) forks N children, each running ``run_child``: a
+``WorkerProcess`` with its own identity in its own slot.
 """
 
 from __future__ import annotations
@@ -37,12 +40,13 @@ import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import redis
-from django.db import connections
 
 from . import connection, keys, shards
 from .backoff import Backoff
+from .component import Component
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, REDIS_ERRORS
 from .fetch import BasicFetch, QueueOrder, ReliableFetch
@@ -55,6 +59,7 @@ from .processor import Processor
 from .recovery import Quarantine, Sweeper, claim_slot, recover_list
 from .retry import RetryPolicy
 from .scheduler import Scheduler
+from .supervisor import Supervisor
 
 logger = logging.getLogger("jobsapp.launcher")
 
@@ -116,6 +121,24 @@ class WorkerOptions:
     @property
     def queue_order(self) -> QueueOrder:
         return QueueOrder.parse(self.queues)
+
+
+@dataclass
+class Components:
+    """What one worker process runs, built (``WorkerProcess.build``) before any of it starts."""
+
+    client: redis.Redis
+    fetch: ReliableFetch | BasicFetch
+    manager: Manager
+    heartbeat: Heartbeat
+    scheduler: Scheduler
+    periodic: PeriodicScheduler | None  # only when periodic jobs are defined for this shard
+    sweeper: Sweeper | None  # only with reliable fetch
+
+    def background(self) -> list[Component]:
+        """The components started after the manager and stopped first, in start order."""
+        started: list[Component | None] = [self.scheduler, self.periodic, self.sweeper]
+        return [component for component in started if component is not None]
 
 
 def redis_version(client: redis.Redis) -> tuple[int, ...]:
@@ -266,18 +289,35 @@ class WorkerProcess:
         return False
 
     def run(self) -> int:
-        options = self.options
+        """Start, serve until TERM/INT, shut down; returns the exit code. A stop request during
+        start-up exits before any job is taken."""
         client = connection.get_redis()
-        blocking_client = connection.new_redis(blocking_timeout_seconds=float(jobs_settings.FETCH_BLOCK_SECONDS))
-        if not self._wait_for_redis(client):
+        if not self.connect(client):
             return 0
-        check_redis(client)
+        components = self.build(client)
         if self._stopped_while_starting():
             return 0
+        self.serve(components)
+        self.shutdown(components)
+        return 0
 
-        if options.fetch == "reliable":
-            if not self._wait_in_thread(self._claim_slot, client):
-                return 0
+    def connect(self, client: redis.Redis) -> bool:
+        """Start steps 1 and 2: wait for Redis, check it, claim the slot (reliable fetch). False
+        when a stop was requested meanwhile."""
+        if not self._wait_for_redis(client):
+            return False
+        check_redis(client)
+        if self._stopped_while_starting():
+            return False
+        return self.options.fetch != "reliable" or self._wait_in_thread(self._claim_slot, client)
+
+    def build(self, client: redis.Redis) -> Components:
+        """Construct every component, none started: what can be refused (periodic definitions
+        raising ImproperlyConfigured) is refused before the process takes a job."""
+        options = self.options
+        blocking_client = connection.new_redis(blocking_timeout_seconds=float(jobs_settings.FETCH_BLOCK_SECONDS))
+        reliable = options.fetch == "reliable"
+        if reliable:
             fetch: ReliableFetch | BasicFetch = ReliableFetch(
                 self.identity,
                 options.queue_order,
@@ -292,7 +332,7 @@ class WorkerProcess:
         policy = RetryPolicy(client, fetch.inflight_key, rng=self.rng, stop=self.hard_stop)
         manager = Manager(
             fetch=fetch,
-            processor=Processor(policy, quarantine=Quarantine(client, self.identity) if options.fetch == "reliable" else None),
+            processor=Processor(policy, quarantine=Quarantine(client, self.identity) if reliable else None),
             concurrency=options.concurrency,
             batch_size=int(jobs_settings.FETCH_BATCH_SIZE),
             block_seconds=float(jobs_settings.FETCH_BLOCK_SECONDS),
@@ -317,7 +357,7 @@ class WorkerProcess:
             interval_seconds=float(jobs_settings.HEARTBEAT_INTERVAL_SECONDS),
             ttl_seconds=int(jobs_settings.PROCESS_TTL_SECONDS),
             on_signal=self.on_signal,
-            reliable=options.fetch == "reliable",
+            reliable=reliable,
         )
         scheduler = Scheduler(client=client, poll_interval_seconds=float(jobs_settings.SCHEDULER_POLL_INTERVAL_SECONDS), rng=self.rng)
         periodic_jobs = [  # ImproperlyConfigured stops the process before it takes jobs
@@ -327,26 +367,31 @@ class WorkerProcess:
             if shards.route(definition.job_class.wire_name(), definition.queue) == shards.current()
         ]
         periodic = PeriodicScheduler(client=client, jobs=periodic_jobs) if periodic_jobs else None
-        sweeper = Sweeper(
-            client=client,
-            identity=self.identity,
-            interval_seconds=float(jobs_settings.ORPHAN_SWEEP_INTERVAL_SECONDS),
-            lock_seconds=60.0,
-            ready=heartbeat.ready_to_judge,
-            rng=self.rng,
+        sweeper = (
+            Sweeper(
+                client=client,
+                identity=self.identity,
+                interval_seconds=float(jobs_settings.ORPHAN_SWEEP_INTERVAL_SECONDS),
+                lock_seconds=60.0,
+                ready=heartbeat.ready_to_judge,
+                rng=self.rng,
+            )
+            if reliable
+            else None
+        )
+        return Components(
+            client=client, fetch=fetch, manager=manager, heartbeat=heartbeat, scheduler=scheduler, periodic=periodic, sweeper=sweeper
         )
 
-        if self._stopped_while_starting():
-            return 0
-        # From here a stop request waits at most for these starts (each returns at once): the
-        # loop below sees it first thing and runs the shutdown order.
+    def serve(self, components: Components) -> None:
+        """Start steps 3 and 4, then handle signals until TERM/INT (TSTP quiets the manager).
+        A stop request waits at most for the starts (each returns at once)."""
+        options = self.options
+        manager, heartbeat = components.manager, components.heartbeat
         heartbeat.start()
         manager.start()
-        scheduler.start()
-        if periodic is not None:
-            periodic.start()
-        if options.fetch == "reliable":
-            sweeper.start()
+        for component in components.background():
+            component.start()
         logger.info(
             "process %s started: %d threads, queues %s, %s fetch, Redis %s",
             self.identity,
@@ -356,7 +401,6 @@ class WorkerProcess:
             connection.describe(),
             extra={"identity": self.identity, "concurrency": options.concurrency, "queues": options.queue_order.names},
         )
-
         while not self.stop_requested.is_set():
             time.sleep(0.1)
             self._handle_pending_signals()
@@ -365,12 +409,14 @@ class WorkerProcess:
                 manager.quiet()
                 heartbeat.beat()
 
+    def shutdown(self, components: Components) -> None:
+        """The shutdown order of this module's header."""
+        options = self.options
+        manager, heartbeat, client = components.manager, components.heartbeat, components.client
         deadline = time.monotonic() + options.timeout_seconds
         logger.info("stopping: waiting up to %.0f s for %d running jobs", options.timeout_seconds, len(manager.busy()))
-        scheduler.stop()
-        if periodic is not None:
-            periodic.stop()
-        sweeper.stop()
+        for component in components.background():
+            component.stop()
         manager.quiet()
         heartbeat.beat()
         deadline = self._wait_for_running_jobs(manager, deadline)
@@ -381,14 +427,13 @@ class WorkerProcess:
         heartbeat.clear()
         if options.fetch == "reliable":
             try:
-                if not client.exists(fetch.inflight_key):
+                if not client.exists(components.fetch.inflight_key):
                     client.srem(keys.INFLIGHT_INDEX, self.identity)
             except CONNECTION_ERRORS as exc:  # the list (if any) is recovered by a sweeper later
                 logger.warning("could not unregister the in-flight list (%s)", exc)
         logger.info(
             "stopped: %d jobs processed (%d failed), %d put back unfinished", manager.processed_total, manager.failed_total, requeued
         )
-        return 0
 
     def _wait_for_running_jobs(self, manager: Manager, deadline: float) -> float:
         """Wait until no job runs or ``deadline``; a second TERM/INT ends the wait at once. Returns
@@ -402,100 +447,11 @@ class WorkerProcess:
         return deadline
 
 
-class Supervisor:
-    """The parent of ``-P N`` children: forks, restarts the dead, forwards signals."""
-
-    def __init__(self, options: WorkerOptions) -> None:
-        self.options = options
-        self.children: dict[int, int] = {}  # pid -> slot
-        self.stopping = False
-        self.restarts: dict[int, list[float]] = {}
-
-    def _spawn(self, slot_number: int) -> None:
-        connections.close_all()
-        connection.reset()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGCHLD):
-                    signal.signal(signum, signal.SIG_DFL)
-                process = WorkerProcess(self.options, slot_number=slot_number)
-                process.install_signal_handlers()
-                code = process.run()
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:  # the child must never return into the parent's code
-                logger.exception("worker process in slot %d crashed", slot_number)
-                code = 1
-            finally:
-                logging.shutdown()
-                os._exit(code)
-        self.children[pid] = slot_number
-        logger.info("started worker process %d in slot %d", pid, slot_number)
-
-    def _forward(self, signum: int) -> None:
-        for pid in list(self.children):
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
-
-    def run(self) -> int:
-        def on_stop(signum: int, _frame: object) -> None:
-            self.stopping = True
-            self._forward(signum)
-
-        signal.signal(signal.SIGTERM, on_stop)
-        signal.signal(signal.SIGINT, on_stop)
-        signal.signal(signal.SIGTSTP, lambda signum, _frame: self._forward(signum))
-        signal.signal(signal.SIGTTIN, lambda signum, _frame: self._forward(signum))
-        for slot_number in range(self.options.processes):
-            if self.stopping:  # TERM/INT while forking: the children not forked yet never start
-                break
-            self._spawn(slot_number)
-        deadline: float | None = None
-        delayed: dict[int, float] = {}  # slot -> monotonic time of its postponed restart
-        while self.children or (delayed and not self.stopping):
-            for slot_number, due in list(delayed.items()):
-                if self.stopping:
-                    delayed.clear()
-                elif due <= time.monotonic():
-                    del delayed[slot_number]
-                    self._spawn(slot_number)
-            if self.stopping and deadline is None:
-                deadline = time.monotonic() + self.options.timeout_seconds + 10
-            if deadline is not None and time.monotonic() > deadline:
-                logger.error("children did not stop in time; killing them")
-                self._forward(signal.SIGKILL)
-                deadline = time.monotonic() + 5
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:  # no child right now: only postponed restarts are left
-                if not delayed:
-                    break
-                pid, status = 0, 0
-            if pid == 0:
-                time.sleep(0.1)
-                continue
-            slot_number = self.children.pop(pid, -1)
-            if slot_number < 0:
-                continue
-            if self.stopping:
-                continue
-            code = os.waitstatus_to_exitcode(status)
-            history = [moment for moment in self.restarts.get(slot_number, []) if moment > time.monotonic() - 60]
-            history.append(time.monotonic())
-            self.restarts[slot_number] = history
-            if len(history) > 5:
-                # a crash loop: restart this slot later, without holding up the other slots
-                delay_seconds = min(30.0, 2.0 ** (len(history) - 5))
-                logger.error("worker process %d in slot %d exited (%s); restarting it in %.0f s", pid, slot_number, code, delay_seconds)
-                delayed[slot_number] = time.monotonic() + delay_seconds
-                continue
-            logger.error("worker process %d in slot %d exited (%s); restarting it", pid, slot_number, code)
-            self._spawn(slot_number)
-        return 0
+def run_child(options: WorkerOptions, slot_number: int) -> int:
+    """One ``-P`` child (in the forked process): a worker process in ``slot_number``."""
+    process = WorkerProcess(options, slot_number=slot_number)
+    process.install_signal_handlers()
+    return process.run()
 
 
 def run(options: WorkerOptions) -> int:
@@ -505,4 +461,4 @@ def run(options: WorkerOptions) -> int:
         process = WorkerProcess(options)
         process.install_signal_handlers()
         return process.run()
-    return Supervisor(options).run()
+    return Supervisor(processes=options.processes, timeout_seconds=options.timeout_seconds, run_child=partial(run_child, options)).run()

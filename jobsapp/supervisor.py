@@ -1,0 +1,126 @@
+"""The ``-P N`` parent: forks one child per slot, restarts the dead, forwards signals.
+
+Runs in the main thread of the parent process, which holds no Redis connection and runs no job:
+each child is a ``WorkerProcess`` (launcher.py) with its own identity, started by the
+``run_child`` callable in the forked process. A child that dies is restarted in the same slot,
+so its in-flight list is recovered at once by the new child's slot claim (recovery.py); a slot
+that crashes more than 5 times a minute is restarted later (up to 30 s), without holding up the
+other slots. TERM/INT stop the children (forwarded) and, after ``timeout_seconds`` + 10 s, kill
+those still running; TSTP and TTIN are forwarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+
+from django.db import connections
+
+from . import connection
+
+logger = logging.getLogger("jobsapp.supervisor")
+
+#: A slot restarted more often than this in a minute is a crash loop: its next restart waits.
+RESTARTS_PER_MINUTE = 5
+#: Extra seconds the children get past their own shutdown timeout before they are killed.
+KILL_GRACE_SECONDS = 10.0
+
+
+class Supervisor:
+    """The parent of ``-P N`` children: forks, restarts the dead, forwards signals."""
+
+    def __init__(self, *, processes: int, timeout_seconds: float, run_child: Callable[[int], int]) -> None:
+        self.processes = processes
+        self.timeout_seconds = timeout_seconds
+        #: Runs in the forked child with the slot number; returns the child's exit code.
+        self.run_child = run_child
+        self.children: dict[int, int] = {}  # pid -> slot
+        self.stopping = False
+        self.restarts: dict[int, list[float]] = {}
+
+    def _spawn(self, slot_number: int) -> None:
+        connections.close_all()
+        connection.reset()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGCHLD):
+                    signal.signal(signum, signal.SIG_DFL)
+                code = self.run_child(slot_number)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:  # the child must never return into the parent's code
+                logger.exception("worker process in slot %d crashed", slot_number)
+                code = 1
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        self.children[pid] = slot_number
+        logger.info("started worker process %d in slot %d", pid, slot_number)
+
+    def _forward(self, signum: int) -> None:
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def run(self) -> int:
+        def on_stop(signum: int, _frame: object) -> None:
+            self.stopping = True
+            self._forward(signum)
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGTSTP, lambda signum, _frame: self._forward(signum))
+        signal.signal(signal.SIGTTIN, lambda signum, _frame: self._forward(signum))
+        for slot_number in range(self.processes):
+            if self.stopping:  # TERM/INT while forking: the children not forked yet never start
+                break
+            self._spawn(slot_number)
+        deadline: float | None = None
+        delayed: dict[int, float] = {}  # slot -> monotonic time of its postponed restart
+        while self.children or (delayed and not self.stopping):
+            for slot_number, due in list(delayed.items()):
+                if self.stopping:
+                    delayed.clear()
+                elif due <= time.monotonic():
+                    del delayed[slot_number]
+                    self._spawn(slot_number)
+            if self.stopping and deadline is None:
+                deadline = time.monotonic() + self.timeout_seconds + KILL_GRACE_SECONDS
+            if deadline is not None and time.monotonic() > deadline:
+                logger.error("children did not stop in time; killing them")
+                self._forward(signal.SIGKILL)
+                deadline = time.monotonic() + 5
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:  # no child right now: only postponed restarts are left
+                if not delayed:
+                    break
+                pid, status = 0, 0
+            if pid == 0:
+                time.sleep(0.1)
+                continue
+            slot_number = self.children.pop(pid, -1)
+            if slot_number < 0:
+                continue
+            if self.stopping:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            history = [moment for moment in self.restarts.get(slot_number, []) if moment > time.monotonic() - 60]
+            history.append(time.monotonic())
+            self.restarts[slot_number] = history
+            if len(history) > RESTARTS_PER_MINUTE:
+                # a crash loop: restart this slot later, without holding up the other slots
+                delay_seconds = min(30.0, 2.0 ** (len(history) - RESTARTS_PER_MINUTE))
+                logger.error("worker process %d in slot %d exited (%s); restarting it in %.0f s", pid, slot_number, code, delay_seconds)
+                delayed[slot_number] = time.monotonic() + delay_seconds
+                continue
+            logger.error("worker process %d in slot %d exited (%s); restarting it", pid, slot_number, code)
+            self._spawn(slot_number)
+        return 0
