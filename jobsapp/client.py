@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import batch as job_batch
-from . import keys, registry, results, shards, unique
+from . import expiry, keys, registry, results, shards, unique
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, describe, follow_sentinel_master, get_redis, refuses_writes, unavailable
 from .errors import ReplicationTimeout
@@ -95,6 +95,8 @@ def _prepare(item: Item, job_class: type[Job] | None, connection: redis.Redis, t
     else:
         result["enqueued_at"] = timestamp
         scheduled_at = None
+    if expiry.EXPIRES_IN_KEY in result:  # Sidekiq Pro's expires_at, from the run-at time
+        expiry.stamp(result, scheduled_at=scheduled_at, timestamp=timestamp)
     lock = unique.lock_for(result, scheduled_at=scheduled_at, timestamp=timestamp) if "unique_for" in result else None
     bid = job_batch.current()
     if bid is not None:
@@ -272,6 +274,7 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None
     plain = (
         job_batch.current() is None
         and "unique_for" not in template
+        and expiry.EXPIRES_IN_KEY not in template  # each job's expires_at follows its own run-at time
         and not (job_class is not None and "unique_for" in job_class.sidekiq_options_hash)
     )
     if interceptor is None and plain and not any(each.wants(job_class, template) for each in client_chain().instances()):

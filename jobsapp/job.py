@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, ClassVar, TypeVar
 
-from . import registry, timeouts
+from . import expiry, registry, timeouts
 from . import transactions as _transactions
 from .payload import Item
 
@@ -36,6 +36,8 @@ def sidekiq_options(**options: Any) -> Callable[[JobType], JobType]:
 
     if options.get(timeouts.TIMEOUT_KEY) is not None:  # a bad value fails where the class is declared
         timeouts.timeout_seconds(options)
+    if expiry.EXPIRES_IN_KEY in options:
+        expiry.expires_in_seconds(options[expiry.EXPIRES_IN_KEY])
 
     def apply(cls: JobType) -> JobType:
         previous_name = cls.wire_name()

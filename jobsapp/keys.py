@@ -73,6 +73,7 @@ RECOVERIES = "jobsapp:recoveries"  # HASH jid -> times the job was recovered fro
 PAUSED = "jobsapp:paused"  # SET of paused queue names; fetch skips them
 SWEEP_LOCK = "jobsapp:lock:sweep"  # STRING (SET NX PX): one orphan sweeper at a time
 RESULTS = "jobsapp:results"  # ZSET score=expiry epoch seconds, member=jid of a finished retained job
+STAT_EXPIRED = "jobsapp:stat:expired"  # STRING lifetime counter of jobs dropped unrun past expires_at
 
 
 def inflight(identity: str) -> str:
@@ -89,6 +90,11 @@ def last_ack(identity: str) -> str:
     """STRING, TTL 1 h: the token of a process's last applied ack batch, so a batch resent after
     its reply was lost is not counted in the stats twice (see ack.lua)."""
     return f"jobsapp:ack:{identity}"
+
+
+def stat_expired_daily(day: dt.date) -> str:
+    """STRING daily counter of expired jobs, UTC date, 5-year TTL."""
+    return f"jobsapp:stat:expired:{day.isoformat()}"
 
 
 def slot(hostname: str, slot_number: int) -> str:

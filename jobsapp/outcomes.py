@@ -34,6 +34,7 @@ class DeadReason(StrEnum):
     UNKNOWN_CLASS = "unknown_class"
     MALFORMED = "malformed"
     POISON = "poison"  # it kept crashing its worker
+    EXPIRED = "expired"  # fetched past its expires_at: dropped, never run
 
 
 class RequeueReason(StrEnum):

@@ -4,6 +4,8 @@ Called in a processor thread (``jobsapp.processor-<n>``) owned by the manager. W
 the job is returned to the manager, which acknowledges it in the next batch:
 
 - success: acknowledged, counted processed;
+- expired (fetched past its ``expires_at``, ``jobsapp.expiry``): acknowledged, counted processed
+  and expired, never looked up or run;
 - malformed JSON (including JSON nested past ``payload.MAX_STORED_NESTING``), a hostile class
   name (``__import__('os')...``, a path): straight to the dead set with the reason (wrapped so
   the raw text is kept), never imported or evaluated; counted failed;
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
 
-from . import batch, faults, limiter, periodic, registry, unique
+from . import batch, expiry, faults, limiter, periodic, registry, unique
 from .conf import jobs_settings
 from .connection import REDIS_ERRORS
 from .error_fields import safe_message
@@ -137,6 +139,9 @@ class Processor:
         jid = item.get("jid")
         jid = jid if isinstance(jid, str) else ""
         class_name = item["class"]
+        if expiry.EXPIRES_AT_KEY in item and expiry.is_expired(item, now()):  # dropped unrun, acked, counted processed
+            expiry.drop(self.policy.client, item, queue=unit.queue, now=now())
+            return Result(jid=jid, acknowledge=True, failed=False, job_class=class_name[:200], elapsed_seconds=time.monotonic() - started)
         try:
             job_class = registry.lookup(class_name)
         except UnknownJobClass:

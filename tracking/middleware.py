@@ -55,6 +55,7 @@ DEAD_REASONS: dict[str, str] = {
     DeadReason.POISON: "not run again: it kept crashing its worker",
     DeadReason.MALFORMED: "not run: malformed payload",
     DeadReason.DISCARDED: "discarded by the job's retry policy",
+    DeadReason.EXPIRED: "expired: not started before its expires_in ran out, never run",
 }
 
 

@@ -1,7 +1,7 @@
 """``Stats`` and ``History``: the dashboard's headline numbers, as Sidekiq's ``Sidekiq::Stats``.
 
 ``Stats.fetch()`` costs two round trips whatever the number of queues and processes: the first
-pipeline reads the lifetime counters, the three set sizes and the members of ``queues``,
+pipeline reads the lifetime counters (``expired`` is ours, ``jobsapp:stat:expired``), the three set sizes and the members of ``queues``,
 ``jobsapp:paused`` and ``processes``; the second reads, per process, its ``busy`` and whether its
 heartbeat is alive, and per queue its length and oldest job (for latency). Busy threads count
 live processes only; ``processes_size`` counts live ones too (Sidekiq's SCARD may include a
@@ -75,6 +75,8 @@ class Stats:
     default_queue_latency: float
     queues: list[QueueSummary]
     taken_at: float
+    #: jobs dropped unrun past their expires_at (jobsapp:stat:expired; also counted in processed)
+    expired: int = 0
 
     @property
     def busy(self) -> int:
@@ -99,7 +101,8 @@ class Stats:
         pipe.smembers(keys.QUEUES)
         pipe.smembers(keys.PAUSED)
         pipe.smembers(keys.PROCESSES)
-        processed, failed, scheduled, retries, dead, queue_names, paused_names, identities = pipe.execute()
+        pipe.get(keys.STAT_EXPIRED)
+        processed, failed, scheduled, retries, dead, queue_names, paused_names, identities, expired = pipe.execute()
         paused = {as_text(name) for name in paused_names}
         names = sorted({as_text(name) for name in queue_names} | paused)
         processes = sorted(as_text(name) for name in identities)
@@ -128,6 +131,7 @@ class Stats:
             default_queue_latency=default.latency_seconds if default else 0.0,
             queues=summaries,
             taken_at=current,
+            expired=_int(expired),
         )
 
     @staticmethod

@@ -55,6 +55,9 @@ class JobsCollector(Collector):
         failed = CounterMetricFamily("jobs_failed", "Jobs that raised, lifetime.")
         failed.add_metric([], stats.failed)
         yield failed
+        expired = CounterMetricFamily("jobs_expired", "Jobs dropped unrun past their expires_at, lifetime (also in processed).")
+        expired.add_metric([], stats.expired)
+        yield expired
 
         size = GaugeMetricFamily("jobs_queue_size", "Jobs waiting in the queue.", labels=["queue"])
         latency = GaugeMetricFamily("jobs_queue_latency_seconds", "Age of the oldest job waiting in the queue.", labels=["queue"])

@@ -66,6 +66,7 @@ def stats_payload(stats: api.Stats) -> dict[str, Any]:
     return {
         "processed": stats.processed,
         "failed": stats.failed,
+        "expired": stats.expired,
         "busy": stats.busy,
         "processes": stats.processes_size,
         "enqueued": stats.enqueued,
