@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -43,13 +44,32 @@ if TYPE_CHECKING:
 
 #: The producer's public surface for layers built on the engine (``tracking``: docs/architecture.md):
 #: they reach these through ``jobsapp.client``, never ``jobsapp.payload`` or ``jobsapp.registry``.
-__all__ = ["Item", "check_json_native", "job_class_named", "new_jid", "push", "push_bulk"]
+__all__ = ["Item", "JobTemplate", "check_json_native", "job_template", "new_jid", "push", "push_bulk"]
 
 
-def job_class_named(wire_name: str) -> type[Job] | None:
-    """The registered Job class of a wire name, or None when this process does not know it (a
-    Ruby worker's class, a renamed one): such a job is pushed by name, with no options."""
-    return registry.lookup(wire_name) if registry.is_registered(wire_name) else None
+@dataclass(frozen=True, slots=True)
+class JobTemplate:
+    """What every push of one job class carries besides its arguments (what ``Job.set`` starts from)."""
+
+    wire_name: str
+    #: The registered class; None for a name this process does not know (a Ruby worker's class, a
+    #: renamed one): such a job is pushed by name, with no options.
+    job_class: type[Job] | None
+    #: The class's options as they ride in each payload (without ``class_name`` and ``on_commit``).
+    options: Item
+    #: The class's queue, else ``JOBSAPP["DEFAULT_QUEUE"]`` as it is set now.
+    queue: str
+
+
+def job_template(job: type[Job] | str) -> JobTemplate:
+    """The wire name, options and queue of a job class, or of a wire name (looked up among the
+    registered classes; nothing is imported). Read at each call, so settings changes apply."""
+    job_class = job if not isinstance(job, str) else registry.lookup(job) if registry.is_registered(job) else None
+    wire_name = job if isinstance(job, str) else job.wire_name()
+    options: Item = {}
+    if job_class is not None:
+        options = {key: value for key, value in job_class.sidekiq_options_hash.items() if key not in ("class_name", "on_commit")}
+    return JobTemplate(wire_name, job_class, options, str(options.get("queue") or jobs_settings.DEFAULT_QUEUE))
 
 
 #: Set by jobsapp.testing: receives (job_class, item) instead of Redis. None in production.

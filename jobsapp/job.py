@@ -54,7 +54,9 @@ class Job:
     Per run the worker sets ``jid``, ``item`` (the payload dict) and ``queue`` on the instance.
     """
 
-    sidekiq_options_hash: ClassVar[dict[str, Any]] = {"retry": True, "queue": "default"}
+    #: No "queue": a class without one goes to ``JOBSAPP["DEFAULT_QUEUE"]`` (Sidekiq's "default"
+    #: unless set), read when each job is pushed.
+    sidekiq_options_hash: ClassVar[dict[str, Any]] = {"retry": True}
     #: Set on abstract bases that should not be registered.
     abstract: ClassVar[bool] = True
 

@@ -1,4 +1,8 @@
-"""Launching a task: its rows first, its jobs after commit, all in bulk.
+"""A task's lifecycle: launching it, adding to it, finishing it, and every push that brings.
+
+The one module of tracking that pushes jobs (through ``jobsapp.client``; the job's wire name,
+options and queue come from ``client.job_template``, its jid from ``client.new_jid``). The rows
+are written by ``tracking.recorder`` (SQL only) inside the transactions opened here.
 
 ``launch(JobClass, args_list)`` runs in the caller's thread:
 
@@ -11,41 +15,51 @@ The engine's ``push_bulk`` generates the jids itself; to push the jobs under the
 recorded, ``push_recorded`` opens a context the tracking client middleware reads: for each item of
 the task it hands out the next recorded jid (checked against the item's arguments, so a job an
 earlier middleware dropped cannot shift the others) instead of recording a new event. The same
-path re-pushes a follow-up job and the admin's retries.
+path pushes a follow-up job, the admin's retries and jobs added to a running task.
 
 If Redis refuses the push, the task's unpushed events are settled as dead ``error`` events with
-the reason (the caller's transaction is committed by then), and RedisUnavailable propagates.
+the reason (``settle_unpushed``; the caller's transaction is committed by then), and
+RedisUnavailable propagates.
+
+Recording a job's transitions (``apply``; ``record`` for one) goes through here too, because a
+settled event may finish its task. A task is finished once its settled events reach its total.
+The check runs inside the transaction that settled an event (exact on SQLite: one writer at a
+time) and, on PostgreSQL, again after commit, because two processes settling the last two events
+concurrently each see only their own: the one that commits last sees both after its commit. A
+check that finds the task complete locks the task row and re-reads before writing
+``finished_at`` (once: ``WHERE finished_at IS NULL``) and firing the batch callbacks
+(``fire_callbacks``), or, when the task has a follow-up job (``then_class``), adds that job to the
+task and pushes it after commit (``queue_follow_up``). A duplicate run that finds its event
+already final checks again, which covers a process that died between its commit and that check.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from jobsapp import RedisUnavailable, client
 from jobsapp.client import Item, check_json_native, new_jid
 
-from .conf import tracking_settings
+from . import recorder
 from .models import Event, Task, TaskCounter
+from .recorder import ENQUEUE_SHARD, RecordedJob
+from .transitions import DEAD, ERROR, REOPENED, Change, Transition
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from jobsapp import Job
 
 logger = logging.getLogger("tracking.launching")
-
-#: (jid, args, kwargs or None) of one recorded job.
-RecordedJob = tuple[str, list[Any], dict[str, Any] | None]
 
 
 class RecordedJobs:
@@ -79,51 +93,151 @@ def recorded_jid_for(item: Item) -> str | None:
     return batch.claim(item)
 
 
-def _template(wire_name: str, task_id: str, queue: str) -> tuple[type[Job] | None, Item]:
-    """A Sidekiq item template for ``wire_name`` with the class's options, as ``Job.set`` builds it."""
-    job_class = client.job_class_named(wire_name)
-    if job_class is not None:
-        options = job_class.get_sidekiq_options()
-        options.pop("class_name", None)
-        return job_class, {**options, "class": wire_name, "use_task_event": True, "task_id": task_id}
-    return None, {"class": wire_name, "queue": queue, "use_task_event": True, "task_id": task_id}
+# --- recording transitions, and finishing the tasks they settle ---------------------------
+
+
+def record(
+    job_id: str,
+    transition: Transition,
+    *,
+    message: str | None = None,
+    entries: Sequence[dict[str, Any]] = (),
+    now: datetime | None = None,
+    item: Item | None = None,
+) -> bool:
+    """Apply ``transition`` to the event of ``job_id`` now, in the caller's thread (and in its
+    transaction, if any); True when the event changed.
+
+    False when there is no such event or the transition is not allowed from its current state:
+    nothing is written.
+    """
+    change = Change(job_id, transition, now or timezone.now(), message=message, entries=entries, item=item)
+    return apply([change])[0]
+
+
+def apply(changes: Sequence[Change], *, shard: int | None = None) -> list[bool]:
+    """Apply ``changes`` in order, in one transaction (the caller's, if it has one), then finish
+    the tasks they complete; for each change, True when it changed its event. Counts move in
+    ``shard`` (default: the thread's)."""
+    if not changes:
+        return []
+    # Inside the caller's transaction, check for finished tasks there too: its commit may come
+    # much later (or, in a test, never).
+    nested = connection.in_atomic_block
+    with transaction.atomic():
+        written = recorder.write(changes, recorder.thread_shard() if shard is None else shard)
+        if written.to_check:
+            if not connection.features.has_select_for_update:
+                # SQLite: this transaction is the one writer, so what it sees is everything.
+                _settle(written.to_check, written.now)
+            else:
+                # Elsewhere a concurrent transaction may settle the rest of a task and commit
+                # first, unseen from here: check after commit, when the last of them to commit
+                # sees them all.
+                recheck = _settle(written.to_check, written.now) if nested else written.to_check
+                if recheck:
+                    transaction.on_commit(lambda: settle_check(recheck), robust=True)
+    return written.results
+
+
+def _settle(task_ids: Iterable[str], now: datetime) -> set[str]:
+    """Finish (or add the follow-up job to) each of ``task_ids`` whose events have all settled, in
+    the caller's transaction; returns the ones still unfinished."""
+    unfinished: set[str] = set()
+    for task_id, total, settled, then_class, then_queued, has_callbacks in recorder.progress(sorted(task_ids)):
+        if settled < total:
+            unfinished.add(task_id)
+            continue
+        if connection.features.has_select_for_update:
+            # Complete as far as this transaction sees: lock the row, then look again (a new
+            # statement sees whatever committed meanwhile: a job joining, a reopen). SQLite has
+            # nothing to lock: this transaction is its one writer.
+            recorder.lock_task(task_id)
+            again = recorder.progress([task_id])
+            if not again or again[0][2] < again[0][1]:
+                unfinished.update(row[0] for row in again)
+                continue
+            _, total, settled, then_class, then_queued, has_callbacks = again[0]
+        if then_class and not then_queued:
+            queue_follow_up(task_id, now=now)
+        elif recorder.mark_finished(task_id, now) and has_callbacks:
+            fire_callbacks(task_id)  # on_complete / on_success, at most once each
+    return unfinished
+
+
+def settle_check(task_ids: Iterable[str], *, now: datetime | None = None) -> None:
+    """Finish the tasks among ``task_ids`` whose events have all settled (own transaction, only
+    when one looks complete)."""
+    complete = [row[0] for row in recorder.progress(sorted(task_ids)) if row[2] >= row[1]]
+    if complete:
+        with transaction.atomic():
+            _settle(complete, now or timezone.now())
+
+
+def queue_follow_up(task_id: str, *, now: datetime | None = None) -> str | None:
+    """Once every event of the task has settled, add its ``then_class`` job and push it after commit.
+
+    Happens once per task, however many last events race (``recorder.claim_follow_up``). Returns
+    the new jid, or None when it is not time yet (or already done).
+    """
+    timestamp = now or timezone.now()
+    claimed = recorder.claim_follow_up(task_id, timestamp)
+    if claimed is None:
+        return None
+    wire_name, args = claimed
+    template = client.job_template(wire_name)
+    job: RecordedJob = (new_jid(), args, None)
+    recorder.add_events(task_id, wire_name, template.queue, [job], timestamp)
+    transaction.on_commit(partial(push_recorded, task_id, wire_name, [job]))
+    return job[0]
+
+
+def settle_unpushed(job_ids: Iterable[str], reason: str) -> int:
+    """Mark recorded events whose job never reached Redis as dead errors; returns how many."""
+    now = timezone.now()
+    return sum(apply([Change(job_id, DEAD, now, message=reason) for job_id in job_ids]))
+
+
+# --- pushing a task's jobs --------------------------------------------------------------------
 
 
 def push_recorded(
-    task_id: str, wire_name: str, jobs: Sequence[RecordedJob], *, queue: str = "default", batch_size: int = 1000
+    task_id: str, wire_name: str, jobs: Sequence[RecordedJob], *, queue: str | None = None, batch_size: int = 1000
 ) -> list[str | None]:
-    """Push jobs whose events are recorded and committed, under their recorded jids.
+    """Push jobs whose events are recorded and committed, under their recorded jids, to their
+    class's queue (``queue``, the one recorded, for a class this process does not know).
 
     Jobs without keyword arguments go in one ``push_bulk``; the others one ``push`` each.
     Returns the jids in order (None where a client middleware stopped a job; its event is
     settled as a dead error then).
     """
-    from . import recorder
-
-    job_class, template = _template(wire_name, task_id, queue)
+    template = client.job_template(wire_name)
+    queue = template.queue if template.job_class is not None or not queue else queue
+    base: Item = {**template.options, "class": wire_name, "queue": queue, "use_task_event": True, "task_id": task_id}
     token = _recorded.set(RecordedJobs(task_id, jobs))
     pushed: list[str | None] = []
     try:
         if all(not kwargs for _, _, kwargs in jobs):
-            pushed = client.push_bulk({**template, "args": [list(args) for _, args, _ in jobs]}, batch_size=batch_size, job_class=job_class)
+            bulk = {**base, "args": [list(args) for _, args, _ in jobs]}
+            pushed = client.push_bulk(bulk, batch_size=batch_size, job_class=template.job_class)
         else:
             for job_id, args, kwargs in jobs:
-                item = {**template, "args": list(args), "jid": job_id}
+                item = {**base, "args": list(args), "jid": job_id}
                 if kwargs:
                     item["kwargs"] = kwargs
-                pushed.append(client.push(item, job_class=job_class))
+                pushed.append(client.push(item, job_class=template.job_class))
     except RedisUnavailable as exc:
         # Some batches may be in Redis, the rest are not; the events cannot tell which, so all
         # of them are settled with the reason. Jobs that did get through still run (tracking
         # ignores them: their events are final).
-        recorder.settle_unpushed((job_id for job_id, _, _ in jobs[len(pushed) :] or jobs), f"could not be enqueued: {exc}")
+        settle_unpushed((job_id for job_id, _, _ in jobs[len(pushed) :] or jobs), f"could not be enqueued: {exc}")
         raise
     finally:
         _recorded.reset(token)
     expected = [job_id for job_id, _, _ in jobs]
     stopped = [job_id for job_id, jid in zip(expected, pushed, strict=False) if jid != job_id]
     if stopped:
-        recorder.settle_unpushed(stopped, "not enqueued: stopped by a client middleware")
+        settle_unpushed(stopped, "not enqueued: stopped by a client middleware")
     return pushed
 
 
@@ -146,7 +260,6 @@ def launch(
     batch callbacks (``fire_callbacks``): pushed with ``(task_id, counts)`` when the task finishes.
     Arguments must be JSON-native: they are checked before anything is written.
     """
-    from . import recorder
     from .checks import missing_middlewares
 
     missing = [line for line in missing_middlewares() if "CLIENT_MIDDLEWARE" in line]
@@ -157,13 +270,12 @@ def launch(
     jobs_args = [list(args) for args in args_list]
     check_json_native(jobs_args, "args_list")
     check_json_native(list(then_args or []), "then_args")
-    wire_name = job_class.wire_name()
-    queue = str(job_class.get_sidekiq_options().get("queue") or "default")
+    template = client.job_template(job_class)
     timestamp = timezone.now()
     jobs: list[RecordedJob] = [(new_jid(), args, None) for args in jobs_args]
     with transaction.atomic():
         task = Task.objects.create(
-            name=name or wire_name,
+            name=name or template.wire_name,
             owner=owner,
             total=len(jobs),
             then_class=then.wire_name() if then is not None else "",
@@ -174,35 +286,16 @@ def launch(
             updated_at=timestamp,
             finished_at=timestamp if not jobs and then is None else None,
         )
-        TaskCounter.objects.create(task=task, shard=recorder.ENQUEUE_SHARD, enqueue=len(jobs), updated_at=timestamp)
-        _create_events(task.pk, wire_name, queue, jobs, timestamp)
+        TaskCounter.objects.create(task=task, shard=ENQUEUE_SHARD, enqueue=len(jobs), updated_at=timestamp)
+        recorder.add_events(task.pk, template.wire_name, template.queue, jobs, timestamp, counted=False)
         if jobs:
-            transaction.on_commit(partial(push_recorded, task.pk, wire_name, jobs, queue=queue, batch_size=batch_size))
+            transaction.on_commit(partial(push_recorded, task.pk, template.wire_name, jobs, batch_size=batch_size))
         elif then is not None:
-            recorder.queue_follow_up(task.pk, now=timestamp)
+            queue_follow_up(task.pk, now=timestamp)
         else:
             fire_callbacks(task.pk)
     task.refresh_from_db()
     return task
-
-
-def _create_events(task_id: str, wire_name: str, queue: str, jobs: Sequence[RecordedJob], timestamp: datetime) -> None:
-    """One ``enqueue`` event per job of the task, in batches of ``LAUNCH_BATCH_SIZE`` rows."""
-    Event.objects.bulk_create(
-        [
-            Event(
-                job_id=job_id,
-                task_id=task_id,
-                job_class=wire_name,
-                queue=queue,
-                params={"args": args},
-                created_at=timestamp,
-                updated_at=timestamp,
-            )
-            for job_id, args, _ in jobs
-        ],
-        batch_size=tracking_settings.LAUNCH_BATCH_SIZE,
-    )
 
 
 def _callback_name(job_class: type[Job] | None, what: str) -> str:
@@ -245,7 +338,7 @@ def _push_callback(wire_name: str, task_id: str, summary: dict[str, int]) -> Non
     """After the commit that claimed it. Redis refusing the push loses this callback (it is
     claimed): logged as an error naming the task, rather than raised into the committing code."""
     try:
-        job_class = client.job_class_named(wire_name)
+        job_class = client.job_template(wire_name).job_class
         if job_class is not None:
             job_class.perform_async(task_id, summary)
         else:  # a class this process does not know (a Ruby worker's, or renamed): pushed by name
@@ -261,13 +354,10 @@ def add_jobs(task: Task | str, job_class: type[Job], args_list: Sequence[Sequenc
     Call it while the task runs, typically from one of its own jobs (whose unsettled event keeps
     the task from finishing meanwhile): callbacks that already fired do not fire again.
     """
-    from . import recorder
-
     task_id = task.pk if isinstance(task, Task) else str(task)
     jobs_args = [list(args) for args in args_list]
     check_json_native(jobs_args, "args_list")
-    wire_name = job_class.wire_name()
-    queue = str(job_class.get_sidekiq_options().get("queue") or "default")
+    template = client.job_template(job_class)
     timestamp = timezone.now()
     jobs: list[RecordedJob] = [(new_jid(), args, None) for args in jobs_args]
     if not jobs:
@@ -278,9 +368,8 @@ def add_jobs(task: Task | str, job_class: type[Job], args_list: Sequence[Sequenc
             total=F("total") + len(jobs), finished_at=None, revision=F("revision") + 1, updated_at=timestamp
         ):
             raise Task.DoesNotExist(f"no task {task_id!r}")
-        _create_events(task_id, wire_name, queue, jobs, timestamp)
-        recorder.add_counts(task_id, recorder.ENQUEUE_SHARD, timestamp, enqueue=len(jobs), changes=len(jobs))
-        transaction.on_commit(partial(push_recorded, task_id, wire_name, jobs, queue=queue, batch_size=batch_size))
+        recorder.add_events(task_id, template.wire_name, template.queue, jobs, timestamp)
+        transaction.on_commit(partial(push_recorded, task_id, template.wire_name, jobs, batch_size=batch_size))
     return [job_id for job_id, _, _ in jobs]
 
 
@@ -290,24 +379,19 @@ def retry_errored(task: Task, *, by: str = "an operator") -> int:
     Each event goes back to ``enqueue`` (the task is no longer finished) in one transaction; the
     jobs are pushed after it commits. Returns how many jobs were retried.
     """
-    from . import recorder
-
     by_class: dict[tuple[str, str], list[RecordedJob]] = {}
     now = timezone.now()
     with transaction.atomic():
-        candidates = list(
-            Event.objects.filter(task=task, status=recorder.ERROR, is_final=True)
-            .order_by("id")
-            .values_list("job_id", "job_class", "queue", "params")
-        )
+        dead = Event.objects.filter(task=task, status=ERROR, is_final=True).order_by("id")
+        candidates = list(dead.values_list("job_id", "job_class", "queue", "params"))
         # One batch: the events are locked together, in id order, like any writer's.
         message = f"retried by {by}"
-        reopened = recorder.apply([recorder.Change(job_id, recorder.REOPENED, now, message=message) for job_id, *_ in candidates])
-        for (job_id, job_class, queue, params), changed in zip(candidates, reopened, strict=True):
+        reopened = apply([Change(job_id, REOPENED, now, message=message) for job_id, *_ in candidates])
+        for (job_id, wire_name, queue, params), changed in zip(candidates, reopened, strict=True):
             if changed:
                 params = params or {}
                 job = (job_id, list(params.get("args") or []), params.get("kwargs") or None)
-                by_class.setdefault((job_class, queue), []).append(job)
+                by_class.setdefault((wire_name, queue), []).append(job)
         for (wire_name, queue), jobs in by_class.items():
             transaction.on_commit(partial(push_recorded, task.pk, wire_name, jobs, queue=queue))
     return sum(len(jobs) for jobs in by_class.values())

@@ -1,4 +1,4 @@
-"""The tracking layer's two engine middleware: the only place tracking meets the engine.
+"""The tracking layer's two engine middleware: the only place the engine calls into tracking.
 
 ``TrackingClientMiddleware`` runs in the pushing thread, once per job (push and push_bulk; never
 for the scheduler's moves from ``schedule``/``retry``, so ``enqueue`` is recorded once per job).
@@ -35,6 +35,7 @@ from jobsapp.outcomes import DeadReason
 from . import recorder
 from .launching import recorded_jid_for
 from .progress import EventHandle
+from .transitions import CRASHED, DEAD, FAILED_ON_PURPOSE, FINISHED, REQUEUED, RETRY_SCHEDULED, Change, Transition
 from .writer import record_change, stop_writer
 
 if TYPE_CHECKING:
@@ -99,13 +100,13 @@ class TrackingServerMiddleware(ServerMiddleware):
             result = call_next()
         except NoRetryError as exc:
             # A business failure: the engine fails the job without retry; the event is final.
-            self._safely(handle, handle.end, recorder.FAILED_ON_PURPOSE, str(exc) or type(exc).__name__)
+            self._safely(handle, handle.end, FAILED_ON_PURPOSE, str(exc) or type(exc).__name__)
             raise
         except Exception as exc:
             # A crash: the engine retries or kills the job next and tells on_retry / on_dead.
-            self._safely(handle, handle.end, recorder.CRASHED, describe(exc))
+            self._safely(handle, handle.end, CRASHED, describe(exc))
             raise
-        self._safely(handle, handle.end, recorder.FINISHED, None)
+        self._safely(handle, handle.end, FINISHED, None)
         return result
 
     @staticmethod
@@ -116,9 +117,9 @@ class TrackingServerMiddleware(ServerMiddleware):
             logger.exception("tracking: could not record job %s", handle.job_id)
 
     @staticmethod
-    def _record(item: Item, transition: recorder.Transition, message: str) -> None:
+    def _record(item: Item, transition: Transition, message: str) -> None:
         """Record one of the engine's decisions, after the job's earlier records."""
-        record_change(recorder.Change(item["jid"], transition, timezone.now(), message=message), wait=True)
+        record_change(Change(item["jid"], transition, timezone.now(), message=message), wait=True)
 
     def on_retry(
         self,
@@ -131,7 +132,7 @@ class TrackingServerMiddleware(ServerMiddleware):
         run_at: float,
     ) -> None:
         if is_tracked(item):
-            self._record(item, recorder.RETRY_SCHEDULED, f"waiting for retry ({retry_count + 1} of {retry_limit})")
+            self._record(item, RETRY_SCHEDULED, f"waiting for retry ({retry_count + 1} of {retry_limit})")
 
     def on_dead(self, job_class: type[Job] | None, item: Item, exception: BaseException | None, *, reason: str) -> None:
         if not is_tracked(item):
@@ -140,12 +141,12 @@ class TrackingServerMiddleware(ServerMiddleware):
             # Recorded as failed by call() already (then this is a no-op); recorded here when
             # that write was lost.
             text = str(exception) if exception is not None else ""
-            self._record(item, recorder.FAILED_ON_PURPOSE, text or DEAD_REASONS[reason])
+            self._record(item, FAILED_ON_PURPOSE, text or DEAD_REASONS[reason])
             return
         message = DEAD_REASONS.get(reason, f"not run again: {reason}")
         if exception is not None and reason not in (DeadReason.RETRIES_EXHAUSTED, DeadReason.RETRY_DISABLED, DeadReason.NO_RETRY):
             message = f"{message} ({describe(exception)})"
-        self._record(item, recorder.DEAD, message)
+        self._record(item, DEAD, message)
 
     def on_shutdown(self) -> None:
         """Flush and stop this process's recording thread before the worker exits."""
@@ -153,4 +154,4 @@ class TrackingServerMiddleware(ServerMiddleware):
 
     def on_requeue(self, item: Item, *, reason: str) -> None:
         if is_tracked(item):
-            self._record(item, recorder.REQUEUED, f"requeued unfinished ({reason})")
+            self._record(item, REQUEUED, f"requeued unfinished ({reason})")

@@ -17,8 +17,9 @@ An ``Event`` is one job (``job_id`` is the jid). ``status`` is one of the docume
 retry. ``revision`` counts the event's changes. Every change is decided on the event row read
 under the writer's lock (SQLite's one writer, PostgreSQL's ``FOR UPDATE``), so two copies of a job
 racing (at-least-once delivery) can never both apply a transition, and the counts move in the same
-transaction by exactly the events changed. The rules of which transition is allowed from where,
-and how writes are batched, live in ``tracking.recorder`` and ``tracking.writer``.
+transaction by exactly the events changed. Which transition is allowed from where is
+``tracking.transitions``; the SQL that applies them, ``tracking.recorder``; how writes are batched,
+``tracking.writer``; what a settled event does to its task, ``tracking.launching``.
 """
 
 from __future__ import annotations

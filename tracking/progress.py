@@ -19,8 +19,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from . import recorder
 from .conf import tracking_settings
+from .transitions import MESSAGES_ONLY, START, WORKING, Change, MessageEntry, Transition, message_entry
 from .writer import record_change
 
 
@@ -42,7 +42,7 @@ class EventHandle:
         )
         self._clock = clock
         self._lock = threading.Lock()
-        self._buffer: list[recorder.MessageEntry] = []
+        self._buffer: list[MessageEntry] = []
         self._fraction = threading.local()  # (done, total) for the next message, per thread
         self._last_flush = clock()
 
@@ -51,12 +51,12 @@ class EventHandle:
         pushed by Ruby, or before tracking was installed). Not waited for: None, unless recorded
         inline (False when the event is final already: a late duplicate)."""
         self._last_flush = self._clock()
-        change = recorder.Change(self.job_id, recorder.START, timezone.now(), item=self.item)
+        change = Change(self.job_id, START, timezone.now(), item=self.item)
         return record_change(change, wait=False)
 
     def add_message(self, message: str) -> None:
         """Append a progress message ("row 3,412 of 10,000"); written in batches."""
-        entry = recorder.message_entry(recorder.WORKING, message)
+        entry = message_entry(WORKING, message)
         fraction = getattr(self._fraction, "value", None)
         if fraction is not None:
             entry["done"], entry["total"] = fraction
@@ -76,16 +76,16 @@ class EventHandle:
         """Hand the buffered messages to the writer now, keeping the status."""
         entries = self._take()
         if entries:
-            change = recorder.Change(self.job_id, recorder.MESSAGES_ONLY, timezone.now(), entries=entries)
+            change = Change(self.job_id, MESSAGES_ONLY, timezone.now(), entries=entries)
             record_change(change, wait=False)
 
-    def end(self, transition: recorder.Transition, message: str | None = None) -> bool | None:
+    def end(self, transition: Transition, message: str | None = None) -> bool | None:
         """Record how the run ended, with the buffered messages, in one write; returns once it is
         committed (so before the engine acknowledges the job)."""
-        change = recorder.Change(self.job_id, transition, timezone.now(), message=message, entries=self._take())
+        change = Change(self.job_id, transition, timezone.now(), message=message, entries=self._take())
         return record_change(change, wait=True)
 
-    def _take(self) -> list[recorder.MessageEntry]:
+    def _take(self) -> list[MessageEntry]:
         with self._lock:
             entries, self._buffer = self._buffer, []
             self._last_flush = self._clock()

@@ -1,23 +1,16 @@
-"""Recording the life of a tracked job: every event transition, idempotent under duplicates.
+"""Recording tracked jobs in the database: the SQL of events, their counts and the task row.
+Touches the database only, never Redis, and never decides what a task does next: that is
+``tracking.launching`` (the task's lifecycle), which calls this module inside its transactions.
 
-Called from the pushing thread (``enqueue``, through the client middleware and ``launching``), from
-a worker process's recording thread (``tracking.writer``: batches of the processor threads'
-transitions) and inline from any thread that records inside its own transaction (tests, the
-admin). Touches the database only, never Redis.
-
-One table says which transition may start from which ``(status, is_final)``; a transition that is
-not allowed is a no-op that returns False. That is what makes recording idempotent: a job that
-runs twice (at-least-once delivery) finds its event already ``working`` or already final, and a
-late duplicate can never move a final event (``finish``, ``failed``, a dead ``error``) backwards.
-
-``apply(changes)`` applies a batch of transitions (one, or a writer's few hundred) in one
-transaction with a fixed number of statements, however many events it touches:
+Which transition may start from which state is ``tracking.transitions`` (pure); this module
+applies a batch of them (one, or a writer's few hundred) with a fixed number of statements,
+however many events it touches (``write``):
 
     SELECT id, job_id, task_id, status, is_final FROM event WHERE job_id IN (...)  [FOR UPDATE]
     SELECT messages ... (only for events that get messages)
     UPDATE event SET status, is_final, attempts, revision, updated_at, messages WHERE id = %s  (executemany)
     INSERT INTO taskcounter ... ON CONFLICT (task, shard) DO UPDATE SET x = x + excluded.x  (one row per task)
-    UPDATE task ... (only when a task starts, reopens or may have finished)
+    UPDATE task ... (only when a task starts or reopens)
 
 The events are read under the writer's lock (SQLite: ``BEGIN IMMEDIATE``, the one writer;
 PostgreSQL: ``FOR UPDATE`` in id order), so each transition is decided on the row it changes and
@@ -26,14 +19,9 @@ the events say. Locks are always taken events, then counter shards, then the tas
 enqueue side takes the task row, then a new event, then shard 0, which only it uses), so writers
 never deadlock.
 
-A task is finished once its settled events reach its total. The check runs inside the
-transaction that settled an event (exact on SQLite: one writer at a time) and, on PostgreSQL,
-again after commit, because two processes settling the last two events concurrently each see
-only their own: the one that commits last sees both after its commit. A check that finds the task
-complete locks the task row and re-reads before writing ``finished_at`` (once: ``WHERE
-finished_at IS NULL``), or, when the task has a follow-up job (``then_class``), adds that job to
-the task and pushes it after commit. A duplicate run that finds its event already final checks
-again, which covers a process that died between its commit and that check.
+Also here: the enqueue side's rows (``record_enqueue`` for a job pushed one at a time,
+``add_events`` for jobs added to a task, ``claim_follow_up``) and the reads and writes of the
+finish check (``progress``, ``lock_task``, ``mark_finished``), which ``tracking.launching`` runs.
 """
 
 from __future__ import annotations
@@ -42,7 +30,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -52,85 +40,19 @@ from django.db.models import F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from jobsapp.client import Item, job_template
+
 from .conf import tracking_settings
-from .models import COUNT_FIELDS, TALLY_FIELDS, Event, EventStatus, Task, TaskCounter
+from .models import COUNT_FIELDS, TALLY_FIELDS, Event, Task, TaskCounter
+from .transitions import Change, capped, message_entry
 
 logger = logging.getLogger("tracking.recorder")
-
-Item = dict[str, Any]
-#: {"at", "status", "message"}, plus "done" and "total" (ints) for report_progress entries.
-MessageEntry = dict[str, Any]
-
-ENQUEUE = EventStatus.ENQUEUE.value
-WORKING = EventStatus.WORKING.value
-FINISH = EventStatus.FINISH.value
-FAILED = EventStatus.FAILED.value
-ERROR = EventStatus.ERROR.value
 
 #: The counter shard of the enqueue side (launch, a job joining a task, the follow-up job).
 ENQUEUE_SHARD = 0
 
-_NOT_FINAL = frozenset((status, False) for status in (ENQUEUE, WORKING, ERROR))
-_ANY = frozenset((status.value, final) for status in EventStatus for final in (False, True))
-
-
-@dataclass(frozen=True)
-class Transition:
-    """A change an event may go through: to ``to_status`` (None keeps the status) from ``allowed``."""
-
-    name: str
-    to_status: str | None
-    to_final: bool
-    allowed: frozenset[tuple[str, bool]]
-    counts_attempt: bool = False
-
-
-#: The job started running (again, after a retry or a requeue; or a duplicate copy started).
-START = Transition("start", WORKING, False, _NOT_FINAL, counts_attempt=True)
-#: perform returned.
-FINISHED = Transition("finish", FINISH, True, _NOT_FINAL)
-#: perform raised the business failure (NoRetryError): final, never retried.
-FAILED_ON_PURPOSE = Transition("failed", FAILED, True, _NOT_FINAL)
-#: perform crashed; the engine decides next whether it retries (RETRY_SCHEDULED) or not (DEAD).
-CRASHED = Transition("error", ERROR, False, _NOT_FINAL)
-#: The engine scheduled a retry: back to enqueue, "waiting for retry (n of m)".
-RETRY_SCHEDULED = Transition("retry", ENQUEUE, False, _NOT_FINAL)
-#: The engine will not run the job again (retries exhausted, dead, unknown class...).
-DEAD = Transition("dead", ERROR, True, _NOT_FINAL)
-#: Put back unfinished at worker shutdown.
-REQUEUED = Transition("requeue", ENQUEUE, False, frozenset({(WORKING, False)}))
-#: An operator retries a dead job (admin action): the only way out of a final state.
-REOPENED = Transition("reopen", ENQUEUE, False, frozenset({(ERROR, True)}))
-#: The most messages an event keeps: the first one (how it started) and the newest ones. A job
-#: that reports progress every second for hours would otherwise make every flush rewrite, and
-#: every poll download, megabytes.
-MAX_MESSAGES = 200
-
-
-def _capped(messages: list[MessageEntry]) -> list[MessageEntry]:
-    return messages if len(messages) <= MAX_MESSAGES else [messages[0], *messages[-(MAX_MESSAGES - 1) :]]
-
-
-#: Progress messages only: the status does not change.
-MESSAGES_ONLY = Transition("messages", None, False, _ANY)
-
-
-@dataclass(slots=True)
-class Change:
-    """One transition to apply to the event of ``job_id``, stamped when it happened.
-
-    ``entries`` (already stamped, e.g. buffered progress lines) and then ``message`` (stamped
-    ``at``, with the new status) are appended to the event's messages. ``item`` is the job's
-    payload when the event may not exist yet (a job pushed without the client middleware, by
-    Ruby or before tracking was installed): the event is then recorded before the transition.
-    """
-
-    job_id: str
-    transition: Transition
-    at: datetime
-    message: str | None = None
-    entries: Sequence[MessageEntry] = ()
-    item: Item | None = None
+#: (jid, args, kwargs or None) of one job to record (and push).
+RecordedJob = tuple[str, list[Any], dict[str, Any] | None]
 
 
 @dataclass(slots=True)
@@ -142,7 +64,7 @@ class _EventState:
     was: tuple[str, bool]
     changes: int = 0
     attempts: int = 0
-    messages: list[MessageEntry] | None = None
+    messages: list[dict[str, Any]] | None = None
     updated_at: datetime | None = None
 
 
@@ -153,8 +75,14 @@ class _TaskDelta:
     reopened: bool = False
 
 
-def message_entry(status: str, message: str, *, at: datetime | None = None) -> MessageEntry:
-    return {"at": (at or timezone.now()).isoformat(), "status": status, "message": str(message)}
+@dataclass(slots=True)
+class Written:
+    """What ``write`` did: for each change, whether it changed its event; the tasks whose finish
+    check is due (an event settled, or a late duplicate found one final); the batch's time."""
+
+    results: list[bool]
+    to_check: set[str]
+    now: datetime
 
 
 def thread_shard() -> int:
@@ -163,41 +91,9 @@ def thread_shard() -> int:
     return 1 + hash((os.getpid(), threading.get_ident())) % (shards - 1)
 
 
-def record(
-    job_id: str,
-    transition: Transition,
-    *,
-    message: str | None = None,
-    entries: Sequence[MessageEntry] = (),
-    now: datetime | None = None,
-    item: Item | None = None,
-) -> bool:
-    """Apply ``transition`` to the event of ``job_id`` now, in the caller's thread (and in its
-    transaction, if any); True when the event changed.
-
-    False when there is no such event or the transition is not allowed from its current state:
-    nothing is written.
-    """
-    change = Change(job_id, transition, now or timezone.now(), message=message, entries=entries, item=item)
-    return apply([change])[0]
-
-
-def apply(changes: Sequence[Change], *, shard: int | None = None) -> list[bool]:
-    """Apply ``changes`` in order, in one transaction (the caller's, if it has one); for each,
-    True when it changed its event. Counts move in ``shard`` (default: the thread's)."""
-    if not changes:
-        return []
-    # Inside the caller's transaction, check for finished tasks there too: its commit may come
-    # much later (or, in a test, never).
-    nested = connection.in_atomic_block
-    with transaction.atomic():
-        results, recheck = _apply(changes, thread_shard() if shard is None else shard, check_now=nested)
-        if recheck:
-            transaction.on_commit(lambda: settle_check(recheck), robust=True)
-    return results
-
-
-def _apply(changes: Sequence[Change], shard: int, *, check_now: bool) -> tuple[list[bool], set[str]]:
+def write(changes: Sequence[Change], shard: int) -> Written:
+    """Apply ``changes`` in order to their events and add the counts to ``shard``, in the caller's
+    transaction (``tracking.launching.apply`` opens it and runs the finish check after)."""
     job_ids = list(dict.fromkeys(change.job_id for change in changes))
     states = _read_states(job_ids)
     missing = [change.item for change in changes if change.job_id not in states and change.item is not None]
@@ -217,7 +113,7 @@ def _apply(changes: Sequence[Change], shard: int, *, check_now: bool) -> tuple[l
         transition = change.transition
         if state is None or (state.status, state.final) not in transition.allowed:
             if state is not None and state.final:
-                final_seen.add(state.task_id)  # a late duplicate: see settle_check
+                final_seen.add(state.task_id)  # a late duplicate: see launching.settle_check
             results.append(False)
             continue
         if transition.to_status is not None:
@@ -226,7 +122,7 @@ def _apply(changes: Sequence[Change], shard: int, *, check_now: bool) -> tuple[l
         if change.message is not None:
             added.append(message_entry(state.status, change.message, at=change.at))
         if added:
-            state.messages = _capped([*(state.messages or []), *added])
+            state.messages = capped([*(state.messages or []), *added])
         state.attempts += int(transition.counts_attempt)
         state.changes += 1
         state.updated_at = change.at
@@ -234,24 +130,14 @@ def _apply(changes: Sequence[Change], shard: int, *, check_now: bool) -> tuple[l
 
     changed = [state for state in states.values() if state.changes]
     now = max((change.at for change in changes), default=timezone.now())
+    settling: set[str] = set()
     if changed:
         _write_events(changed)
         deltas = _count_deltas(changed)
         _add_counts(deltas, shard, now)
         _touch_tasks(deltas, now)
         settling = {task_id for task_id, delta in deltas.items() if delta.counts["settled"] > 0}
-    else:
-        settling = set()
-    to_check = settling | final_seen
-    if not to_check:
-        return results, set()
-    if not connection.features.has_select_for_update:
-        # SQLite: this transaction is the one writer, so what it sees is everything.
-        _settle(to_check, now)
-        return results, set()
-    # Elsewhere a concurrent transaction may settle the rest of a task and commit first, unseen
-    # from here: check after commit, when the last of them to commit sees them all.
-    return results, _settle(to_check, now) if check_now else to_check
+    return Written(results, settling | final_seen, now)
 
 
 def _read_states(job_ids: Sequence[str]) -> dict[str, _EventState]:
@@ -363,11 +249,7 @@ def _touch_tasks(deltas: dict[str, _TaskDelta], now: datetime) -> None:
         Task.objects.filter(pk__in=reopened).update(finished_at=None, revision=F("revision") + 1, updated_at=now)
 
 
-def _settled_sum() -> Subquery:
-    return Subquery(TaskCounter.objects.filter(task_id=OuterRef("pk")).values("task_id").annotate(total=Sum("settled")).values("total"))
-
-
-def _progress(task_ids: Sequence[str]) -> list[tuple[str, int, int, str, bool, bool]]:
+def progress(task_ids: Sequence[str]) -> list[tuple[str, int, int, str, bool, bool]]:
     """(id, total, settled, then_class, then_queued, has_callbacks) of the unfinished tasks among
     ``task_ids`` (``has_callbacks``: an ``on_complete`` or ``on_success`` class is set, so a task
     without one finishes without reading them)."""
@@ -387,56 +269,29 @@ def _progress(task_ids: Sequence[str]) -> list[tuple[str, int, int, str, bool, b
         ]
 
 
-def _settle(task_ids: Iterable[str], now: datetime) -> set[str]:
-    """Finish (or add the follow-up job to) each of ``task_ids`` whose events have all settled, in
-    the caller's transaction; returns the ones still unfinished."""
-    unfinished: set[str] = set()
-    for task_id, total, settled, then_class, then_queued, has_callbacks in _progress(sorted(task_ids)):
-        if settled < total:
-            unfinished.add(task_id)
-            continue
-        if connection.features.has_select_for_update:
-            # Complete as far as this transaction sees: lock the row, then look again (a new
-            # statement sees whatever committed meanwhile: a job joining, a reopen). SQLite has
-            # nothing to lock: this transaction is its one writer.
-            list(Task.objects.select_for_update().filter(pk=task_id).values_list("pk"))
-            again = _progress([task_id])
-            if not again or again[0][2] < again[0][1]:
-                unfinished.update(row[0] for row in again)
-                continue
-            _, total, settled, then_class, then_queued, has_callbacks = again[0]
-        if then_class and not then_queued:
-            queue_follow_up(task_id, now=now)
-        elif (
-            Task.objects.filter(pk=task_id, finished_at__isnull=True).update(finished_at=now, revision=F("revision") + 1, updated_at=now)
-            and has_callbacks
-        ):
-            from .launching import fire_callbacks
-
-            fire_callbacks(task_id)  # on_complete / on_success, at most once each (tracking.launching)
-    return unfinished
+def lock_task(task_id: str) -> None:
+    """Lock the task row until commit where the database locks rows (PostgreSQL)."""
+    if connection.features.has_select_for_update:
+        list(Task.objects.select_for_update().filter(pk=task_id).values_list("pk"))
 
 
-def settle_check(task_ids: Iterable[str], *, now: datetime | None = None) -> None:
-    """Finish the tasks among ``task_ids`` whose events have all settled (own transaction, only
-    when one looks complete)."""
-    complete = [row[0] for row in _progress(sorted(task_ids)) if row[2] >= row[1]]
-    if complete:
-        with transaction.atomic():
-            _settle(complete, now or timezone.now())
+def mark_finished(task_id: str, now: datetime) -> bool:
+    """Set ``finished_at`` unless set already; True for the one caller that set it."""
+    unfinished = Task.objects.filter(pk=task_id, finished_at__isnull=True)
+    return bool(unfinished.update(finished_at=now, revision=F("revision") + 1, updated_at=now))
 
 
-def queue_follow_up(task_id: str, *, now: datetime | None = None) -> str | None:
-    """Once every event of the task has settled, add its ``then_class`` job and push it after commit.
+def _settled_sum() -> Subquery:
+    return Subquery(TaskCounter.objects.filter(task_id=OuterRef("pk")).values("task_id").annotate(total=Sum("settled")).values("total"))
+
+
+def claim_follow_up(task_id: str, now: datetime) -> tuple[str, list[Any]] | None:
+    """Once every event of the task has settled, claim its ``then_class`` job: (wire name, args),
+    with the task's total grown by one for it. None when it is not time yet, or already claimed.
 
     A conditional UPDATE (``then_queued = false``) makes this happen once per task, however many
-    last events race. Returns the new jid, or None when it is not time yet (or already done).
+    last events race; the caller records the job's event (``add_events``) and pushes it.
     """
-    from jobsapp.payload import new_jid
-
-    from .launching import push_recorded
-
-    timestamp = now or timezone.now()
     due = list(
         Task.objects.filter(pk=task_id, then_queued=False)
         .exclude(then_class="")
@@ -446,31 +301,33 @@ def queue_follow_up(task_id: str, *, now: datetime | None = None) -> str | None:
     )
     # The claim: of racing callers, the one whose UPDATE still finds then_queued false wins.
     if not due or not Task.objects.filter(pk=task_id, then_queued=False).update(
-        then_queued=True, total=F("total") + 1, revision=F("revision") + 1, updated_at=timestamp
+        then_queued=True, total=F("total") + 1, revision=F("revision") + 1, updated_at=now
     ):
         return None
     then_class, then_args = Task.objects.values_list("then_class", "then_args").get(pk=task_id)
-    job_id = new_jid()
-    Event.objects.create(
-        job_id=job_id,
-        task_id=task_id,
-        job_class=then_class,
-        queue=_queue_of(then_class),
-        params={"args": list(then_args or [])},
-        created_at=timestamp,
-        updated_at=timestamp,
+    return then_class, list(then_args or [])
+
+
+def add_events(task_id: str, wire_name: str, queue: str, jobs: Sequence[RecordedJob], now: datetime, *, counted: bool = True) -> None:
+    """One ``enqueue`` event per job (``bulk_create``, ``LAUNCH_BATCH_SIZE`` rows a statement) and,
+    unless ``counted`` is False (the caller counts them), ``enqueue`` counts in shard 0."""
+    Event.objects.bulk_create(
+        [
+            Event(
+                job_id=job_id,
+                task_id=task_id,
+                job_class=wire_name,
+                queue=queue,
+                params={"args": args, "kwargs": kwargs} if kwargs else {"args": args},
+                created_at=now,
+                updated_at=now,
+            )
+            for job_id, args, kwargs in jobs
+        ],
+        batch_size=tracking_settings.LAUNCH_BATCH_SIZE,
     )
-    add_counts(task_id, ENQUEUE_SHARD, timestamp, enqueue=1, changes=1)
-    transaction.on_commit(lambda: push_recorded(task_id, then_class, [(job_id, list(then_args or []), None)]))
-    return job_id
-
-
-def _queue_of(wire_name: str) -> str:
-    from jobsapp import registry
-
-    if registry.is_registered(wire_name):
-        return str(registry.lookup(wire_name).get_sidekiq_options().get("queue") or "default")
-    return "default"
+    if counted and jobs:
+        add_counts(task_id, ENQUEUE_SHARD, now, enqueue=len(jobs), changes=len(jobs))
 
 
 def record_enqueue(item: Item, *, now: datetime | None = None) -> str:
@@ -505,7 +362,7 @@ def record_enqueue(item: Item, *, now: datetime | None = None) -> str:
                 job_id=job_id,
                 task_id=task_id,
                 job_class=str(item.get("class", "")),
-                queue=str(item.get("queue") or "default"),
+                queue=str(item.get("queue") or job_template(str(item.get("class", ""))).queue),
                 params=params,
                 created_at=timestamp,
                 updated_at=timestamp,
@@ -519,9 +376,3 @@ def record_enqueue(item: Item, *, now: datetime | None = None) -> str:
             raise
         return str(existing)
     return str(task_id)
-
-
-def settle_unpushed(job_ids: Iterable[str], reason: str) -> int:
-    """Mark recorded events whose job never reached Redis as dead errors; returns how many."""
-    now = timezone.now()
-    return sum(apply([Change(job_id, DEAD, now, message=reason) for job_id in job_ids]))

@@ -1,9 +1,9 @@
 """The recording thread: one per worker process, writing its processor threads' transitions in batches.
 
 Thread ``tracking.writer``, started on the first tracked job a process runs (so after
-``runworkers -P`` has forked). Processor threads hand it ``recorder.Change`` objects through
+``runworkers -P`` has forked). Processor threads hand it ``transitions.Change`` objects through
 ``record_change``; it takes everything queued (up to ``BATCH_MAX_CHANGES``) and applies it with
-``recorder.apply`` in one transaction, in the order submitted, then takes what queued meanwhile
+``launching.apply`` in one transaction, in the order submitted, then takes what queued meanwhile
 (group commit: the busier the process, the bigger the batches). Counts go to this process's own
 counter shard. It keeps its database connection open while busy and closes it when idle.
 
@@ -48,8 +48,9 @@ except ImportError:  # not POSIX: SQLite's busy handler alone
 
 from django.db import DatabaseError, connection
 
-from . import recorder
+from . import launching
 from .conf import tracking_settings
+from .transitions import Change
 
 logger = logging.getLogger("tracking.writer")
 
@@ -63,7 +64,7 @@ BATCH_ATTEMPTS = 3
 
 @dataclass(slots=True)
 class Ticket:
-    change: recorder.Change
+    change: Change
     done: threading.Event | None = None
     result: bool | None = None
     error: BaseException | None = field(default=None)
@@ -93,7 +94,7 @@ class Writer:
                 self._thread = threading.Thread(target=self._run, name="tracking.writer", daemon=True)
                 self._thread.start()
 
-    def submit(self, change: recorder.Change, *, wait: bool) -> bool | None:
+    def submit(self, change: Change, *, wait: bool) -> bool | None:
         """Queue ``change``. With ``wait``, block until it is committed and return whether it
         changed its event (raising the database error if it could not be written)."""
         ticket = Ticket(change, threading.Event() if wait else None)
@@ -163,7 +164,7 @@ class Writer:
         for attempt in range(BATCH_ATTEMPTS):
             try:
                 with self._database_turn():
-                    results = recorder.apply(changes, shard=self.shard)
+                    results = launching.apply(changes, shard=self.shard)
             except DatabaseError as exc:  # rolled back as a whole; the jobs go on either way
                 error = exc
                 logger.warning("tracking: batch of %d changes failed (attempt %d): %s", len(batch), attempt + 1, exc)
@@ -240,9 +241,9 @@ def stop_writer(deadline_seconds: float = 10.0) -> None:
 atexit.register(stop_writer, 5.0)
 
 
-def record_change(change: recorder.Change, *, wait: bool) -> bool | None:
+def record_change(change: Change, *, wait: bool) -> bool | None:
     """Record ``change`` through this process's writer, or inline when the caller is inside a
     transaction (or batching is off). Returns whether the event changed; None when not waited for."""
     if not tracking_settings.BATCH_WRITES or connection.in_atomic_block:
-        return recorder.apply([change])[0]
+        return launching.apply([change])[0]
     return get_writer().submit(change, wait=wait)

@@ -41,6 +41,24 @@ def test_wire_name_option_sets_class_string(redis):
     assert "class_name" not in item
 
 
+def test_a_class_without_a_queue_goes_to_the_default_queue_setting_at_push_time(redis, settings):
+    # Given a job class that names no queue, When it is pushed with the setting unset
+    Noop.perform_async(1)
+    # Then it goes to Sidekiq's "default"
+    assert json.loads(redis.rpop("queue:default"))["queue"] == "default"
+    # When JOBSAPP["DEFAULT_QUEUE"] is set after the class was defined
+    settings.JOBSAPP = {**settings.JOBSAPP, "DEFAULT_QUEUE": "low"}
+    Noop.perform_async(2)
+    Noop.perform_bulk([[3]])
+    # Then both pushes go to that queue, as does what tracking reads for the class and its name
+    assert [json.loads(raw)["queue"] for raw in redis.lrange("queue:low", 0, -1)] == ["low", "low"]
+    assert redis.llen("queue:default") == 0
+    assert client.job_template(Noop).queue == client.job_template(Noop.wire_name()).queue == "low"
+    # And a class with its own queue keeps it
+    assert client.job_template(ImportRow).queue == "imports"
+    assert client.job_template("NoSuchRubyWorker") == client.JobTemplate("NoSuchRubyWorker", None, {}, "low")
+
+
 def test_perform_in_goes_to_schedule_without_at_or_enqueued_at(redis):
     before = time.time()
     jid = Noop.perform_in(30, 1)

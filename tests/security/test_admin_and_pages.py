@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from tests.tracking.jobs import Succeeds
-from tracking import recorder
+from tracking import launching, transitions
 from tracking.models import Event, Task
 
 pytestmark = pytest.mark.django_db
@@ -25,8 +25,8 @@ def hostile_task(django_user_model, redis, settings):
     owner = django_user_model.objects.create_user("ann", password="pw")
     task = Task.objects.launch(Succeeds, [[HOSTILE]], owner=owner, name=HOSTILE)
     event = Event.objects.get(task=task)
-    recorder.record(event.job_id, recorder.START)
-    recorder.record(event.job_id, recorder.DEAD, message=HOSTILE)  # shown in the admin inline
+    launching.record(event.job_id, transitions.START)
+    launching.record(event.job_id, transitions.DEAD, message=HOSTILE)  # shown in the admin inline
     return task
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.tracking.conftest import pop_item, run_item
 from tests.tracking.jobs import Crashes, Succeeds
-from tracking import recorder
+from tracking import launching, transitions
 from tracking.models import Event, Task
 
 
@@ -15,10 +15,10 @@ def finished_task(size: int = 3, **kwargs) -> Task:
     task = Task.objects.launch(Succeeds, [[index] for index in range(size)], **kwargs)
     ids = list(Event.objects.filter(task=task).order_by("id").values_list("job_id", flat=True))
     for job_id in ids[:-2]:
-        recorder.record(job_id, recorder.FINISHED)
-    recorder.record(ids[-2], recorder.FAILED_ON_PURPOSE, message="seller not qualified")
-    recorder.record(ids[-1], recorder.CRASHED, message="KeyError: 'price'")
-    recorder.record(ids[-1], recorder.DEAD, message="retries exhausted")
+        launching.record(job_id, transitions.FINISHED)
+    launching.record(ids[-2], transitions.FAILED_ON_PURPOSE, message="seller not qualified")
+    launching.record(ids[-1], transitions.CRASHED, message="KeyError: 'price'")
+    launching.record(ids[-1], transitions.DEAD, message="retries exhausted")
     task.refresh_from_db()
     return task
 
@@ -70,7 +70,7 @@ def test_retry_action_pushes_errored_jobs_again_under_the_same_jid(admin_client,
     run_item({**first, "class": Succeeds.wire_name()})
     with pytest.raises(ZeroDivisionError):
         run_item(second)
-    recorder.record(second["jid"], recorder.DEAD, message="retries exhausted")
+    launching.record(second["jid"], transitions.DEAD, message="retries exhausted")
     task.refresh_from_db()
     assert task.status == "finished"
     # When an admin retries its errored jobs
@@ -100,7 +100,8 @@ def test_task_list_fits_a_1280_pixel_screen(browser, live_server, client, django
     owner = django_user_model.objects.create_user("a-rather-long-username", is_staff=True, is_superuser=True)
     for index in range(2):
         task = Task.objects.launch(Succeeds, [[number] for number in range(1234)], owner=owner, name=f"Import the catalogue {index}")
-        recorder.record(Event.objects.filter(task=task).values_list("job_id", flat=True).first(), recorder.FAILED_ON_PURPOSE, message="x")
+        first = Event.objects.filter(task=task).values_list("job_id", flat=True).first()
+        launching.record(first, transitions.FAILED_ON_PURPOSE, message="x")
     client.force_login(owner)
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     context.add_cookies(

@@ -8,7 +8,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tests.tracking.jobs import Succeeds
-from tracking import recorder
+from tracking import launching, transitions
 from tracking.models import Event, Task
 
 pytestmark = pytest.mark.django_db
@@ -42,10 +42,10 @@ def job_ids(task: Task) -> list[str]:
 def test_summary_has_the_contract_shape(api, ann):
     task = make_task(ann, size=4, name="sign up")
     first, second, third, _ = job_ids(task)
-    recorder.record(first, recorder.START)
-    recorder.record(first, recorder.FINISHED)
-    recorder.record(second, recorder.FAILED_ON_PURPOSE, message="seller not qualified")
-    recorder.record(third, recorder.START)
+    launching.record(first, transitions.START)
+    launching.record(first, transitions.FINISHED)
+    launching.record(second, transitions.FAILED_ON_PURPOSE, message="seller not qualified")
+    launching.record(third, transitions.START)
     response = api.get(f"/api/tasks/{task.pk}/")
     assert response.status_code == 200
     body = response.json()
@@ -92,9 +92,9 @@ def test_events_are_paginated_and_filtered_by_status(api, ann, settings):
     settings.TRACKING = {"API_PAGE_SIZE": 2}
     task = make_task(ann, size=5)
     ids = job_ids(task)
-    recorder.record(ids[1], recorder.FAILED_ON_PURPOSE, message="no stock")
-    recorder.record(ids[3], recorder.CRASHED, message="KeyError: 'x'")
-    recorder.record(ids[3], recorder.DEAD, message="retries exhausted")
+    launching.record(ids[1], transitions.FAILED_ON_PURPOSE, message="no stock")
+    launching.record(ids[3], transitions.CRASHED, message="KeyError: 'x'")
+    launching.record(ids[3], transitions.DEAD, message="retries exhausted")
     everything = api.get(f"/api/tasks/{task.pk}/events/").json()
     assert everything["count"] == 5 and [row["job_id"] for row in everything["results"]] == ids[:2]
     failed = api.get(f"/api/tasks/{task.pk}/events/?status=failed").json()
@@ -116,7 +116,7 @@ def test_an_unknown_status_filter_is_a_400(api, ann):
 def test_one_event_by_job_id(api, ann):
     task = make_task(ann, size=2)
     jid = job_ids(task)[1]
-    recorder.record(jid, recorder.START)
+    launching.record(jid, transitions.START)
     body = api.get(f"/api/events/{jid}/").json()
     assert body["job_id"] == jid and body["status"] == "working" and body["attempts"] == 1
 
@@ -138,7 +138,7 @@ def test_unchanged_summary_answers_304_to_if_none_match(api, ann):
     again = api.get(f"/api/tasks/{task.pk}/", HTTP_IF_NONE_MATCH=etag)
     assert again.status_code == 304 and not again.content and again["ETag"] == etag
     # When a job starts, the ETag changes and the summary is sent again
-    recorder.record(job_ids(task)[0], recorder.START)
+    launching.record(job_ids(task)[0], transitions.START)
     changed = api.get(f"/api/tasks/{task.pk}/", HTTP_IF_NONE_MATCH=etag)
     assert changed.status_code == 200 and changed["ETag"] != etag
     assert changed.json()["counts"]["working"] == 1
@@ -203,8 +203,8 @@ def test_crash_text_reaches_staff_but_only_its_class_reaches_the_owner(api, ann,
     # Given a job that crashed with a secret in its message
     task = make_task(ann)
     first = job_ids(task)[0]
-    recorder.record(first, recorder.START)
-    recorder.record(first, recorder.CRASHED, message="OperationalError: password authentication failed: s3cret")
+    launching.record(first, transitions.START)
+    launching.record(first, transitions.CRASHED, message="OperationalError: password authentication failed: s3cret")
     # When its owner reads the events, Then only the exception class is shown
     [event] = api.get(f"/api/tasks/{task.pk}/events/?status=error").json()["results"]
     assert [entry["message"] for entry in event["messages"] if entry["status"] == "error"] == ["OperationalError"]
@@ -212,15 +212,15 @@ def test_crash_text_reaches_staff_but_only_its_class_reaches_the_owner(api, ann,
     ops = django_user_model.objects.create_user("ops", is_staff=True)
     staff_task = make_task(ops)
     job = job_ids(staff_task)[0]
-    recorder.record(job, recorder.START)
-    recorder.record(job, recorder.CRASHED, message="OperationalError: password authentication failed: s3cret")
+    launching.record(job, transitions.START)
+    launching.record(job, transitions.CRASHED, message="OperationalError: password authentication failed: s3cret")
     staff = APIClient()
     staff.force_authenticate(ops)
     assert "s3cret" in staff.get(f"/api/events/{job}/").json()["messages"][-1]["message"]
 
 
 def progress_entry(done: int, total: int, unit: str = "batch") -> dict:
-    entry = recorder.message_entry(recorder.WORKING, f"{unit} {done} of {total}")
+    entry = transitions.message_entry(transitions.WORKING, f"{unit} {done} of {total}")
     entry["done"], entry["total"] = done, total
     return entry
 
@@ -229,8 +229,8 @@ def test_running_jobs_and_their_reported_fractions_come_with_running_1(api, ann)
     # Given a one-job task whose job reports 3 of 4 batches
     task = make_task(ann, size=1)
     [jid] = job_ids(task)
-    recorder.record(jid, recorder.START)
-    recorder.record(jid, recorder.MESSAGES_ONLY, entries=[progress_entry(1, 4), progress_entry(3, 4)])
+    launching.record(jid, transitions.START)
+    launching.record(jid, transitions.MESSAGES_ONLY, entries=[progress_entry(1, 4), progress_entry(3, 4)])
     # When the progress page polls with ?running=1
     body = api.get(f"/api/tasks/{task.pk}/?running=1").json()
     # Then the running job's latest message and fraction count toward the task
@@ -242,7 +242,7 @@ def test_running_jobs_and_their_reported_fractions_come_with_running_1(api, ann)
     assert plain["ETag"] != api.get(f"/api/tasks/{task.pk}/?running=1")["ETag"]
     # And a progress message changes the ETag, so a poll sees it
     etag = api.get(f"/api/tasks/{task.pk}/?running=1")["ETag"]
-    recorder.record(jid, recorder.MESSAGES_ONLY, entries=[progress_entry(4, 4)])
+    launching.record(jid, transitions.MESSAGES_ONLY, entries=[progress_entry(4, 4)])
     again = api.get(f"/api/tasks/{task.pk}/?running=1", HTTP_IF_NONE_MATCH=etag)
     assert again.status_code == 200 and again.json()["running"][0]["fraction"] == 1.0
     # And the events API shows messages in the contract's three fields only
@@ -260,7 +260,7 @@ def test_report_progress_records_the_fraction(ann):
     job.task_event = EventHandle(jid, flush_interval_seconds=3600)
     job.task_event.start()
     job.report_progress(3, 4, unit="batch")
-    job.task_event.end(recorder.FINISHED)
+    job.task_event.end(transitions.FINISHED)
     stored = Event.objects.get(job_id=jid).messages
     reported = [entry for entry in stored if "done" in entry]
     assert [(entry["message"], entry["done"], entry["total"]) for entry in reported] == [("batch 3 of 4", 3, 4)]

@@ -12,7 +12,7 @@ from tests.testapp.jobs import ImportRow, OnComplete, OnSuccess
 from tests.tracking.conftest import CLIENT, SERVER, pop_item, run_item
 from tests.tracking.jobs import FailsOnPurpose, Succeeds
 from tests.workers import WorkerProcess, wait_until, worker_database_url
-from tracking import recorder
+from tracking import launching
 from tracking.errors import BusinessFailure
 from tracking.models import Task
 
@@ -30,7 +30,7 @@ def test_complete_and_success_fire_once_with_the_task_id_and_counts(redis):
     run_item(pop_item(redis))
     assert callbacks(redis) == []
     run_item(pop_item(redis))
-    recorder.settle_check([task.pk])
+    launching.settle_check([task.pk])
     # Then each callback was pushed once, with the task's id and counts
     pushed = callbacks(redis)
     assert [item["class"] for item in pushed] == [OnComplete.wire_name(), OnSuccess.wire_name()]

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from tests.tracking.conftest import run_item
 from tests.tracking.jobs import Succeeds
-from tracking import recorder
+from tracking import launching, transitions
 from tracking.models import Event, Task, TaskCounter
 from tracking.writer import get_writer
 
@@ -69,9 +69,9 @@ def test_ten_threads_running_every_job_twice_keep_exact_counts(redis, runner, se
     items = queued_items(redis)
     retried = {item["jid"] for item in items[:20]}
     for jid in retried:
-        recorder.record(jid, recorder.START)
-        recorder.record(jid, recorder.CRASHED, message="boom")
-        recorder.record(jid, recorder.RETRY_SCHEDULED, message="waiting for retry (1 of 25)")
+        launching.record(jid, transitions.START)
+        launching.record(jid, transitions.CRASHED, message="boom")
+        launching.record(jid, transitions.RETRY_SCHEDULED, message="waiting for retry (1 of 25)")
     # When 10 threads run every copy at once
     errors = in_threads(items * 2, runner)
     # Then each job counts once, the counts equal the events' statuses, and the task finished once
@@ -115,7 +115,7 @@ def test_working_and_the_final_status_of_a_short_job_can_share_one_write():
     task = Task.objects.launch(Succeeds, [["quick"]])
     job_id = Event.objects.get(task=task).job_id
     now = timezone.now()
-    results = recorder.apply([recorder.Change(job_id, recorder.START, now), recorder.Change(job_id, recorder.FINISHED, now)])
+    results = launching.apply([transitions.Change(job_id, transitions.START, now), transitions.Change(job_id, transitions.FINISHED, now)])
     # Then both applied, the event went straight to finish with one attempt, and counts match
     assert results == [True, True]
     row = Event.objects.get(job_id=job_id)
@@ -152,7 +152,7 @@ def test_summary_stays_one_query_as_events_and_shards_grow(django_user_model, dj
     for round_number, shard in enumerate((1, 2, 3, 5, 8)):
         # When more events change, each batch counted in another shard
         batch = job_ids[round_number * 500 : (round_number + 1) * 500]
-        recorder.apply([recorder.Change(job_id, recorder.FINISHED, now) for job_id in batch], shard=shard)
+        launching.apply([transitions.Change(job_id, transitions.FINISHED, now) for job_id in batch], shard=shard)
         # Then the summary is still one query, and right
         with django_assert_num_queries(1):
             response = api.get(f"/api/tasks/{task.pk}/")
@@ -165,16 +165,16 @@ def test_summary_stays_one_query_as_events_and_shards_grow(django_user_model, dj
 
 @pytest.mark.django_db
 def test_an_event_keeps_its_first_and_newest_messages_only():
-    from tracking import recorder
+    from tracking import launching, transitions
     from tracking.models import Event, Task
 
     # Given a job that reports progress far more often than anyone reads it
     task = Task.objects.launch(Succeeds, [[1]], name="chatty")
     job_id = Event.objects.get(task=task).job_id
-    recorder.record(job_id, recorder.START)
-    for number in range(recorder.MAX_MESSAGES + 50):
-        recorder.record(job_id, recorder.MESSAGES_ONLY, message=f"row {number}")
+    launching.record(job_id, transitions.START)
+    for number in range(transitions.MAX_MESSAGES + 50):
+        launching.record(job_id, transitions.MESSAGES_ONLY, message=f"row {number}")
     # Then the event holds at most MAX_MESSAGES: how it started, and the newest progress
     messages = Event.objects.get(job_id=job_id).messages
-    assert len(messages) == recorder.MAX_MESSAGES
-    assert messages[0]["status"] == "working" and messages[-1]["message"] == f"row {recorder.MAX_MESSAGES + 49}"
+    assert len(messages) == transitions.MAX_MESSAGES
+    assert messages[0]["status"] == "working" and messages[-1]["message"] == f"row {transitions.MAX_MESSAGES + 49}"

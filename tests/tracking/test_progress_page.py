@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.tracking.jobs import Succeeds
-from tracking import recorder
+from tracking import launching, transitions
 from tracking.models import Event, Task
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -22,7 +22,7 @@ def test_page_follows_a_task_live_and_stops_when_it_finishes(browser, live_serve
     owner = django_user_model.objects.create_user("ann")
     task = Task.objects.launch(Succeeds, [[index] for index in range(4)], owner=owner, name="Sign 4 products up")
     jobs = list(Event.objects.filter(task=task).order_by("id").values_list("job_id", flat=True))
-    recorder.record(jobs[0], recorder.FAILED_ON_PURPOSE, message="SKU-0002: seller not qualified")
+    launching.record(jobs[0], transitions.FAILED_ON_PURPOSE, message="SKU-0002: seller not qualified")
     client.force_login(owner)
     context = browser.new_context()
     context.add_cookies(
@@ -48,13 +48,13 @@ def test_page_follows_a_task_live_and_stops_when_it_finishes(browser, live_serve
     page.wait_for_timeout(600)
     assert 304 in summary_statuses
     # When jobs run, one crashes for good, and the rest finish
-    recorder.record(jobs[1], recorder.START)
+    launching.record(jobs[1], transitions.START)
     page.wait_for_function("document.getElementById('count-working').textContent === '1'")
     assert page.text_content("#task-status") == "running"
-    recorder.record(jobs[1], recorder.FINISHED)
-    recorder.record(jobs[2], recorder.CRASHED, message="KeyError: 'price'")
-    recorder.record(jobs[2], recorder.DEAD, message="retries exhausted")
-    recorder.record(jobs[3], recorder.FINISHED)
+    launching.record(jobs[1], transitions.FINISHED)
+    launching.record(jobs[2], transitions.CRASHED, message="KeyError: 'price'")
+    launching.record(jobs[2], transitions.DEAD, message="retries exhausted")
+    launching.record(jobs[3], transitions.FINISHED)
     # Then the page shows the finished task and both problem jobs, and stops polling
     page.wait_for_function("document.getElementById('task-progress').dataset.polling === 'stopped'", timeout=10_000)
     assert page.text_content("#task-status") == "finished"
@@ -90,10 +90,10 @@ def test_page_counts_reported_progress_and_colours_failures(browser, live_server
     owner = django_user_model.objects.create_user("ann")
     task = Task.objects.launch(Succeeds, [[1]], owner=owner, name="Export")
     [jid] = Event.objects.filter(task=task).values_list("job_id", flat=True)
-    recorder.record(jid, recorder.START)
-    entry = recorder.message_entry(recorder.WORKING, "batch 3 of 4")
+    launching.record(jid, transitions.START)
+    entry = transitions.message_entry(transitions.WORKING, "batch 3 of 4")
     entry["done"], entry["total"] = 3, 4
-    recorder.record(jid, recorder.MESSAGES_ONLY, entries=[entry])
+    launching.record(jid, transitions.MESSAGES_ONLY, entries=[entry])
     client.force_login(owner)
     context = browser.new_context()
     context.add_cookies(
@@ -105,7 +105,7 @@ def test_page_counts_reported_progress_and_colours_failures(browser, live_server
     page.wait_for_function("document.getElementById('progress-bar').getAttribute('aria-valuenow') === '75'")
     assert "batch 3 of 4" in page.text_content("#running")
     # When the job then fails on purpose, Then the whole bar is the failed share, in the admin's orange
-    recorder.record(jid, recorder.FAILED_ON_PURPOSE, message="no export for you")
+    launching.record(jid, transitions.FAILED_ON_PURPOSE, message="no export for you")
     page.wait_for_function("document.getElementById('task-progress').dataset.polling === 'stopped'", timeout=10_000)
     assert page.get_attribute("#progress-bar", "aria-valuenow") == "100"
     assert page.evaluate("document.getElementById('progress-failed').style.width") == "100%"

@@ -178,10 +178,10 @@ def test_a_late_duplicate_never_moves_a_final_event_back_nor_counts_twice(pop, r
 def test_a_duplicate_running_concurrently_is_not_counted_twice(pop, run_job):
     jid = Succeeds.perform_async("y")
     item = pop()
-    from tracking import recorder
+    from tracking import launching, transitions
 
     # Given a copy already working (a recovered orphan still running somewhere)
-    assert recorder.record(jid, recorder.START)
+    assert launching.record(jid, transitions.START)
     # When the second copy runs to the end
     run_job(item)
     # Then the task counts one finished job and nothing working
@@ -191,11 +191,11 @@ def test_a_duplicate_running_concurrently_is_not_counted_twice(pop, run_job):
 
 
 def test_requeue_at_shutdown_goes_back_to_enqueue(pop):
-    from tracking import recorder
+    from tracking import launching, transitions
 
     jid = Succeeds.perform_async("z")
     item = pop()
-    recorder.record(jid, recorder.START)
+    launching.record(jid, transitions.START)
     middleware.notify("on_requeue", item, reason="shutdown")
     row = event(jid)
     assert row.status == "enqueue" and row.messages[-1]["message"] == "requeued unfinished (shutdown)"
@@ -235,7 +235,7 @@ def test_progress_messages_are_batched(pop, run_job, settings, django_assert_max
     with django_assert_max_num_queries(16):  # start, then the end with every message, and the finish
         run_job(item)
     # Then the messages are written with the final status: the first and the newest ones, in order
-    from tracking.recorder import MAX_MESSAGES
+    from tracking.transitions import MAX_MESSAGES
 
     row = event(jid)
     assert len(row.messages) == MAX_MESSAGES and row.status == "finish"
