@@ -26,6 +26,7 @@ finish check (``progress``, ``lock_task``, ``mark_finished``), which ``tracking.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -85,10 +86,18 @@ class Written:
     now: datetime
 
 
+_thread_numbers = itertools.count()
+_this_thread = threading.local()
+
+
 def thread_shard() -> int:
-    """The counter shard of the calling thread (1..COUNTER_SHARDS-1): spread by process and thread."""
+    """The counter shard of the calling thread (1..COUNTER_SHARDS-1): threads take them in turn
+    (by their order of first use, not by their ident, which a new thread may reuse)."""
     shards = max(2, int(tracking_settings.COUNTER_SHARDS))
-    return 1 + hash((os.getpid(), threading.get_ident())) % (shards - 1)
+    number = getattr(_this_thread, "number", None)
+    if number is None:
+        number = _this_thread.number = next(_thread_numbers)
+    return 1 + (os.getpid() + number) % (shards - 1)
 
 
 def write(changes: Sequence[Change], shard: int) -> Written:
