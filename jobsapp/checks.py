@@ -18,6 +18,7 @@ only when that is not enough.
 | jobsapp.E006 | a JOBSAPP number out of range |
 | jobsapp.E007 | QUEUES names no queue, or a queue entry that ``-q`` would refuse |
 | jobsapp.E008 | LOG_FORMAT is neither "text" nor "json" |
+| jobsapp.E020 | TIMEOUT_HARD_LIMIT_SECONDS is neither None nor a positive number of seconds |
 | jobsapp.W001 | the dashboard is in the URLs but no login page exists for anonymous visitors |
 | jobsapp.E040-E044 | Sentinel, ENQUEUE_REPLICAS and SHARDS (``check_connection_settings``) |
 """
@@ -61,6 +62,7 @@ OWN_CHECKS = frozenset(
         "SHARDS",
         "PERIODIC",  # check_periodic
         "QUEUE_LIMITS",  # E011 below
+        "TIMEOUT_HARD_LIMIT_SECONDS",  # E020 below
     }
 )
 
@@ -211,6 +213,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     if problem:
         messages.append(checks.Error(problem, hint='Use {"queue name": most jobs at once (>= 1)}.', id="jobsapp.E011"))
     messages.extend(queue_problems(jobs_settings.QUEUES))
+    hard_limit = jobs_settings.TIMEOUT_HARD_LIMIT_SECONDS
+    if hard_limit is not None and not (_is_number(hard_limit) and 0 < hard_limit < float("inf")):
+        messages.append(
+            checks.Error(
+                f"JOBSAPP['TIMEOUT_HARD_LIMIT_SECONDS'] is {hard_limit!r}.",
+                hint="Use None (no hard limit, the default) or the seconds a job may outlive its timeout before its process is recycled.",
+                id="jobsapp.E020",
+            )
+        )
     if isinstance(jobs_settings.LOG_FORMAT, str) and jobs_settings.LOG_FORMAT not in ("text", "json"):
         messages.append(
             checks.Error(

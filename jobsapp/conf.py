@@ -64,6 +64,10 @@ DEFAULTS: dict[str, Any] = {
     # How long a capped queue's slot outlives a worker killed while holding it (keep it above the
     # longest job of a capped queue: a job running longer loses its slot to another).
     "QUEUE_LIMIT_LOCK_TIMEOUT_SECONDS": 600.0,
+    # sidekiq_options(timeout=...): a job still running this many seconds after its JobTimeout
+    # was raised (a blocking C call ignores it) stops its worker process, which puts its other
+    # jobs back and is restarted by -P's supervisor; the stuck job goes to retry. None: off.
+    "TIMEOUT_HARD_LIMIT_SECONDS": None,
     # Failures.
     "MAX_RETRIES": 25,
     "DEAD_MAX_JOBS": 10_000,

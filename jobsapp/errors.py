@@ -45,7 +45,9 @@ class JobTimeout(JobsError):
     then dead. Code that catches it (or ``Exception``) and carries on keeps running: the timeout
     is not enforced a second time. Constructed without arguments, it carries a default message."""
 
-    def __init__(self, message: str = "the job ran past its timeout") -> None:
+    DEFAULT_MESSAGE = "the job ran past its timeout"
+
+    def __init__(self, message: str = DEFAULT_MESSAGE) -> None:
         super().__init__(message)
 
 

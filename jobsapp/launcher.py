@@ -20,6 +20,8 @@ Shutdown order (TERM/INT, or TERM through ``<identity>-signals``):
    short, as in Sidekiq); flush acknowledgements; put every still-running job back at the front
    of its queue;
 4. last heartbeat clean-up, then exit (the process does not wait for stuck job threads).
+The timeouts watchdog's hard limit (``TIMEOUT_HARD_LIMIT_SECONDS``) runs the same order at once,
+as a second TERM would, after filing the stuck job, and exits with ``EXIT_HARD_LIMIT``.
 
 With ``-P N`` the supervisor (supervisor.py) forks N children, each running ``run_child``: a
 ``WorkerProcess`` with its own identity in its own slot.
@@ -60,6 +62,7 @@ from .recovery import Quarantine, Sweeper, claim_slot, recover_list
 from .retry import RetryPolicy
 from .scheduler import Scheduler
 from .supervisor import Supervisor
+from .timeouts import Watchdog
 
 logger = logging.getLogger("jobsapp.launcher")
 
@@ -181,6 +184,22 @@ def check_redis(client: redis.Redis) -> None:
         )
 
 
+#: What the timeouts watchdog sends this process when a job outlived the hard limit.
+HARD_LIMIT_SIGNAL = "HARD_LIMIT"
+#: The exit code of a process stopped by the hard limit (EX_SOFTWARE): the -P supervisor restarts it.
+EXIT_HARD_LIMIT = 70
+
+
+def hard_limit_seconds(reliable: bool) -> float | None:
+    """``TIMEOUT_HARD_LIMIT_SECONDS`` for this process: only with reliable fetch, whose in-flight
+    list is what puts the process's other jobs back (``--fetch basic`` warns and runs without)."""
+    seconds = jobs_settings.TIMEOUT_HARD_LIMIT_SECONDS
+    if seconds is not None and not reliable:
+        logger.warning("TIMEOUT_HARD_LIMIT_SECONDS is ignored with --fetch basic (no in-flight list to put jobs back from)")
+        return None
+    return None if seconds is None else float(seconds)
+
+
 def dump_threads() -> None:
     """TTIN: log every thread's stack."""
     frames = sys._current_frames()
@@ -215,6 +234,7 @@ class WorkerProcess:
         self.hurry_requested = threading.Event()  # a second TERM/INT: stop waiting for running jobs
         self._stop_requested_at: float | None = None
         self._pending_signals: deque[str] = deque()
+        self.exit_code = 0  # EXIT_HARD_LIMIT after a job ignored JobTimeout past the hard limit
 
     # Signals arrive from the OS (handler in the main thread) or from the heartbeat thread
     # (through Redis). Both only append to a deque: a signal handler must never take a lock the
@@ -238,6 +258,10 @@ class WorkerProcess:
                 self.quiet_requested.set()
             elif name == "TTIN":
                 dump_threads()
+            elif name == HARD_LIMIT_SIGNAL:  # jobsapp.timeouts: a job is stuck in a blocking call; stop now
+                self.exit_code = EXIT_HARD_LIMIT
+                self.hurry_requested.set()
+                self.stop_requested.set()
             else:
                 logger.warning("ignoring unknown signal %r", name)
 
@@ -299,7 +323,7 @@ class WorkerProcess:
             return 0
         self.serve(components)
         self.shutdown(components)
-        return 0
+        return self.exit_code
 
     def connect(self, client: redis.Redis) -> bool:
         """Start steps 1 and 2: wait for Redis, check it, claim the slot (reliable fetch). False
@@ -330,9 +354,10 @@ class WorkerProcess:
             fetch = BasicFetch(options.queue_order, client=client, blocking_client=blocking_client, rng=self.rng)
 
         policy = RetryPolicy(client, fetch.inflight_key, rng=self.rng, stop=self.hard_stop)
+        watchdog = Watchdog(hard_limit_seconds=hard_limit_seconds(reliable), on_hard_limit=lambda: self.on_signal(HARD_LIMIT_SIGNAL))
         manager = Manager(
             fetch=fetch,
-            processor=Processor(policy, quarantine=Quarantine(client, self.identity) if reliable else None),
+            processor=Processor(policy, quarantine=Quarantine(client, self.identity) if reliable else None, watchdog=watchdog),
             concurrency=options.concurrency,
             batch_size=int(jobs_settings.FETCH_BATCH_SIZE),
             block_seconds=float(jobs_settings.FETCH_BLOCK_SECONDS),

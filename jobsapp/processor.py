@@ -16,6 +16,8 @@ the job is returned to the manager, which acknowledges it in the next batch:
   failing on a hostile field, an engine bug): parked in the dead set as malformed, once
   (``park``); never requeued, so a payload cannot make a worker loop hot;
 - ``NoRetryError``: acknowledged, counted failed, not retried (middleware records why);
+- past ``sidekiq_options(timeout=...)`` (a sync job; ``jobsapp.timeouts``): ``JobTimeout`` raised
+  in its thread, filed as any exception below;
 - any other exception: ``RetryPolicy`` files it in retry or dead atomically with its ack.
 
 Django database connections are per thread: stale ones are closed before and after each job,
@@ -24,28 +26,32 @@ as Django does around a request. One log line at start and one at the end of eac
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
 
-from . import batch, expiry, faults, limiter, periodic, registry, unique
+from . import batch, expiry, faults, limiter, periodic, registry, timeouts, unique
 from .conf import jobs_settings
 from .connection import REDIS_ERRORS
 from .error_fields import safe_message
-from .errors import MalformedPayload, NoRetryError, UnknownJobClass
+from .errors import JobTimeout, MalformedPayload, NoRetryError, UnknownJobClass
 from .middleware import notify, run_server_chain
 from .outcomes import DeadReason, OutcomeKind, RequeueReason
-from .payload import RECOVERED_KEY, decode, malformed_item, now
+from .payload import RECOVERED_KEY, Item, decode, malformed_item, now
 
 if TYPE_CHECKING:
     from .fetch import UnitOfWork
+    from .job import Job
     from .recovery import Quarantine
     from .retry import RetryPolicy
+    from .timeouts import Watchdog
 
 logger = logging.getLogger("jobsapp.processor")
 
@@ -81,9 +87,10 @@ def looks_like_class_name(name: str) -> bool:
 class Processor:
     """Executes units of work; shared by all processor threads of a process (no per-job state)."""
 
-    def __init__(self, policy: RetryPolicy, *, quarantine: Quarantine | None = None) -> None:
+    def __init__(self, policy: RetryPolicy, *, quarantine: Quarantine | None = None, watchdog: Watchdog | None = None) -> None:
         self.policy = policy
         self.quarantine = quarantine  # runs jobs recovered from dead processes one at a time
+        self.watchdog = watchdog or timeouts.default_watchdog()  # sync jobs' sidekiq_options(timeout=...)
         # Asked once: runworkers sets the level before it builds the processor (jobsapp.logs).
         self.log_jobs = logger.isEnabledFor(logging.INFO)
         # JOBSAPP["QUEUE_LIMITS"]: queue -> jobs of it running at once, across every process
@@ -120,6 +127,19 @@ class Processor:
             job_class="jobsapp.MalformedPayload",
             elapsed_seconds=time.monotonic() - started,
         )
+
+    def _file_stuck(self, unit: UnitOfWork, item: Item, job_class: type[Job], timeout: float) -> None:
+        """The watchdog's hard limit: the job ignored JobTimeout (a blocking call) and its process
+        is about to stop. It goes to the retry set (or dead) like any failure; its own thread, if it
+        ever returns, then finds it no longer in flight and files nothing."""
+        hard_limit = self.watchdog.hard_limit_seconds or 0.0
+        exception = JobTimeout(
+            f"the job ran past its timeout of {timeout:g} s and was still running {hard_limit:g} s later "
+            "(a blocking call ignored JobTimeout): its worker process was stopped"
+        )
+        outcome = self.policy.handle(unit, item, job_class, exception)
+        jid = item.get("jid")
+        logger.error("class=%s jid=%s queue=%s stuck past the hard limit (%s)", item.get("class"), jid, unit.queue, outcome.kind)
 
     def _process(self, unit: UnitOfWork, started: float) -> Result:
         try:
@@ -182,6 +202,8 @@ class Processor:
                 unit.queue,
                 extra={"job_class": class_name, "jid": jid, "queue": unit.queue},
             )
+        # ValueError on a garbled timeout: parked in the dead set (process), not run without its limit
+        timeout = timeouts.timeout_seconds(item) if timeouts.TIMEOUT_KEY in item else None
         if unique.DIGEST_KEY in item:
             unique.release(self.policy.client, item, moment="start")
         close_old_connections()
@@ -191,6 +213,9 @@ class Processor:
             job.item = item
             job.queue = unit.queue
             call_perform = lambda: job.perform(*args, **kwargs)  # noqa: E731
+            if timeout is not None and not inspect.iscoroutinefunction(job_class.perform):
+                stuck = partial(self._file_stuck, unit, item, job_class, timeout)
+                call_perform = self.watchdog.within(timeout, call_perform, on_stuck=stuck)
             if faults.POINT:
                 call_perform = faults.wrap("in_perform", call_perform)
             if RECOVERED_KEY in item and self.quarantine is not None:

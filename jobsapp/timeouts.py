@@ -1,17 +1,49 @@
 """Job timeouts: ``sidekiq_options(timeout=seconds)`` raising ``JobTimeout`` inside a running job.
 
-This module validates the option (``timeout_seconds``) when a class is declared and when a job is
-pushed, so a bad value is a clear error before anything is written; the worker reads it again
-from the payload (a job pushed by another client) before the job runs.
+``timeout_seconds`` validates the option when a class is declared and when a job is pushed (a
+bad value is a clear error before anything is written); the processor reads it again from the
+payload before the job runs (another client may have written it).
 
-No thread and no Redis of its own in this part: a pure function on the payload.
+A sync job's timeout is enforced by the process's ``Watchdog``: one thread,
+``jobsapp.timeouts``, started with the first job that has a timeout (processes whose jobs have
+none never start it; those jobs pay one dict lookup). The processor thread enters a ``Guard``
+around ``perform`` only (middleware, limiter waits and the engine's filing are outside it). Past
+the deadline the watchdog raises ``JobTimeout`` in that thread with
+``PyThreadState_SetAsyncExc``: Python delivers it the next time the thread runs Python bytecode,
+so a loop in Python code stops at once, while a blocking C call (``time.sleep``, a socket read, a
+C extension's computation) is *not* interrupted: the exception arrives when the call returns.
+
+The exception never lands outside the job: the watchdog fires only while the guard says the
+thread is still inside that perform (a per-guard state under one lock), and leaving the guard
+clears a pending exception that was not delivered yet, under the same lock. One fired just as
+``perform`` returned is either cleared or delivered inside the guard: the job then fails with
+``JobTimeout`` like any job that raised. The failure goes through the normal retry (retry set with
+``error_class`` ``jobsapp.errors.JobTimeout``, then dead); a job that catches it and carries on is
+not interrupted again.
+
+The hard limit (``JOBSAPP["TIMEOUT_HARD_LIMIT_SECONDS"]``, off by default): a job still inside
+its guard that many seconds after its timeout fired ignored the exception (a blocking C call).
+The watchdog then files it (the processor's ``on_stuck``: retry set with a ``JobTimeout`` saying
+so) and calls ``on_hard_limit`` once, which the launcher turns into an immediate stop of the
+process: its other in-flight jobs go back to the front of their queues, and the ``-P``
+supervisor starts a fresh process in its slot.
 """
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import math
-from collections.abc import Mapping
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from enum import Enum
 from typing import Any
+
+from .errors import JobTimeout
+
+logger = logging.getLogger("jobsapp.timeouts")
 
 #: The payload field (and sidekiq_options key) of a job's timeout, in seconds.
 TIMEOUT_KEY = "timeout"
@@ -34,3 +66,201 @@ def timeout_seconds(item: Mapping[str, Any]) -> float | None:
     if value is None:
         return None
     return positive_seconds(value, option="timeout")
+
+
+def raise_in_thread(thread_id: int, exception: type[BaseException] | None) -> None:
+    """Make ``exception`` pending in the thread (None: clear a pending one). CPython's only way to
+    interrupt another thread; the thread raises it at its next bytecode boundary."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exception) if exception is not None else None)
+
+
+class GuardState(Enum):
+    RUNNING = "running"  # inside perform, deadline not reached
+    FIRED = "fired"  # JobTimeout was raised in the thread; perform has not returned yet
+    STUCK = "stuck"  # still inside perform past the hard limit: filed, the process is stopping
+    DONE = "done"  # perform returned or raised: the watchdog never touches the thread again
+
+
+class Guard:
+    """One sync ``perform`` under a timeout, in the thread that runs it (see ``Watchdog.within``)."""
+
+    __slots__ = ("deadline", "on_stuck", "state", "thread_id", "timeout_seconds")
+
+    def __init__(self, timeout_seconds: float, *, on_stuck: Callable[[], None] | None) -> None:
+        self.timeout_seconds = timeout_seconds
+        self.on_stuck = on_stuck
+        self.thread_id = threading.get_ident()
+        self.deadline = 0.0
+        self.state = GuardState.RUNNING
+
+    def describe(self, exception: BaseException) -> None:
+        """Give a JobTimeout the watchdog raised (built without arguments) the timeout it enforced."""
+        if isinstance(exception, JobTimeout) and exception.args == (JobTimeout.DEFAULT_MESSAGE,):
+            exception.args = (f"the job ran past its timeout of {self.timeout_seconds:g} s",)
+
+
+class Watchdog:
+    """Raises JobTimeout in processor threads past their job's deadline; one per process.
+
+    ``clock`` is monotonic seconds; ``interrupt(thread_id, exception)`` is ``raise_in_thread``
+    (tests may watch it). ``hard_limit_seconds`` None: no hard limit."""
+
+    def __init__(
+        self,
+        *,
+        hard_limit_seconds: float | None = None,
+        on_hard_limit: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        interrupt: Callable[[int, type[BaseException] | None], None] = raise_in_thread,
+    ) -> None:
+        self.hard_limit_seconds = hard_limit_seconds
+        self.on_hard_limit = on_hard_limit
+        self.clock = clock
+        self.interrupt = interrupt
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._guards: dict[int, Guard] = {}  # thread id -> the guard it is inside
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._stopping = False
+        self.fired_total = 0
+        self.stuck_total = 0
+
+    def within(self, seconds: float, call: Callable[[], Any], *, on_stuck: Callable[[], None] | None = None) -> Callable[[], Any]:
+        """``call`` (a sync perform) run under a timeout of ``seconds``, to be called in the thread
+        that runs it. ``on_stuck`` files the job if it outlives the hard limit (it is called on the
+        watchdog thread). Whatever the moment JobTimeout is delivered, it leaves this function as
+        the job's exception, never later."""
+
+        def guarded() -> Any:
+            guard = Guard(seconds, on_stuck=on_stuck)
+            error: BaseException | None = None
+            try:
+                self._enter(guard)  # inside the try: a JobTimeout delivered as it returns is the job's
+                result = call()
+            except BaseException as exception:  # noqa: BLE001  # re-raised below, once the guard is left
+                error = exception
+            # Every call below is made from this frame, inside a try: Python delivers a pending
+            # exception when a function starts, so one arriving before the clear is caught here.
+            try:
+                fired = self._leave(guard)
+            except JobTimeout as late:  # fired as perform returned, delivered while leaving
+                self._leave(guard)  # nothing is pending any more: the watchdog fires once per guard
+                fired, error = True, late
+            if error is not None:
+                if fired:
+                    guard.describe(error)
+                raise error
+            return result
+
+        return guarded
+
+    def running(self) -> dict[int, tuple[float, GuardState]]:
+        """thread id -> (timeout seconds, state) of the guarded performs running now."""
+        with self._lock:
+            return {thread_id: (guard.timeout_seconds, guard.state) for thread_id, guard in self._guards.items()}
+
+    def stop(self) -> None:
+        """Stop the thread (guards entered later start it again)."""
+        with self._lock:
+            self._stopping = True
+            self._changed.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(5.0)
+
+    # --- the processor thread's side (under the lock: never blocks on Redis) -------------
+
+    def _enter(self, guard: Guard) -> None:
+        with self._lock:
+            guard.deadline = self.clock() + guard.timeout_seconds
+            earliest = min((other.deadline for other in self._guards.values() if other.state is GuardState.RUNNING), default=math.inf)
+            self._guards[guard.thread_id] = guard
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                self._start()
+            elif guard.deadline < earliest:
+                self._changed.notify()
+
+    def _leave(self, guard: Guard) -> bool:
+        """Mark the guard done and clear an exception fired but not yet delivered; whether it fired."""
+        with self._lock:
+            fired = guard.state is not GuardState.RUNNING
+            if fired:
+                self.interrupt(guard.thread_id, None)
+            guard.state = GuardState.DONE
+            if self._guards.get(guard.thread_id) is guard:
+                del self._guards[guard.thread_id]
+            return fired
+
+    # --- the watchdog thread --------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._stopping = False
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="jobsapp.timeouts", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            stuck: list[Guard] = []
+            fired: list[Guard] = []
+            with self._lock:
+                if self._stopping:
+                    return
+                now = self.clock()
+                wake = math.inf
+                for guard in list(self._guards.values()):
+                    if guard.state is GuardState.RUNNING:
+                        if now >= guard.deadline:
+                            guard.state = GuardState.FIRED
+                            self.fired_total += 1
+                            self.interrupt(guard.thread_id, JobTimeout)
+                            fired.append(guard)
+                        else:
+                            wake = min(wake, guard.deadline)
+                    if guard.state is GuardState.FIRED and self.hard_limit_seconds is not None:
+                        hard_deadline = guard.deadline + self.hard_limit_seconds
+                        if now >= hard_deadline:
+                            guard.state = GuardState.STUCK
+                            self.stuck_total += 1
+                            stuck.append(guard)
+                        else:
+                            wake = min(wake, hard_deadline)
+                if not (stuck or fired):
+                    self._changed.wait(None if wake == math.inf else max(0.0, wake - now))
+                    continue
+            for guard in fired:
+                logger.warning("thread=%s job past its timeout of %g s: JobTimeout raised in it", guard.thread_id, guard.timeout_seconds)
+            if stuck:
+                self._hard_limit(stuck)
+
+    def _hard_limit(self, stuck: list[Guard]) -> None:
+        """Outside the lock (filing talks to Redis): file each stuck job, then stop the process."""
+        for guard in stuck:
+            logger.error(
+                "thread=%s job still running %g s after its timeout of %g s fired (a blocking call ignored JobTimeout): "
+                "it goes to the retry set and this worker process stops (TIMEOUT_HARD_LIMIT_SECONDS)",
+                guard.thread_id,
+                self.hard_limit_seconds,
+                guard.timeout_seconds,
+            )
+            if guard.on_stuck is not None:
+                try:
+                    guard.on_stuck()
+                except Exception:  # not filed: it stays in flight and is recovered by the next process in the slot
+                    logger.exception("thread=%s could not file the stuck job; it is recovered from the in-flight list", guard.thread_id)
+        if self.on_hard_limit is not None:
+            self.on_hard_limit()
+
+
+_default: Watchdog | None = None
+_default_lock = threading.Lock()
+
+
+def default_watchdog() -> Watchdog:
+    """The process's watchdog for processors built without one (no hard limit)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Watchdog()
+        return _default

@@ -1,11 +1,21 @@
-"""Job timeouts: ``sidekiq_options(timeout=seconds)`` validated where it is declared and pushed."""
+"""Job timeouts: ``sidekiq_options(timeout=seconds)`` validated where it is declared and pushed,
+enforced on sync jobs by the watchdog, and never landing outside the job."""
 
 from __future__ import annotations
+
+import json
+import time
 
 import pytest
 
 from jobsapp import Job, JobTimeout, client, sidekiq_options
-from jobsapp.timeouts import timeout_seconds
+from jobsapp.connection import get_redis
+from jobsapp.fetch import UnitOfWork
+from jobsapp.processor import Processor
+from jobsapp.retry import RetryPolicy
+from jobsapp.timeouts import Watchdog, timeout_seconds
+from tests.testapp.jobs import RAN_KEY, BlockInC, SleepWhere, Spin
+from tests.workers import WorkerProcess, wait_until
 
 
 @pytest.mark.parametrize("bad", [0, -1, "30", True, float("inf"), float("nan"), [5]])
@@ -37,3 +47,107 @@ def test_timeout_seconds_reads_the_payload():
     assert timeout_seconds({"class": "X", "timeout": 2}) == 2.0
     # And JobTimeout built without arguments (as an asynchronous exception is) has a message
     assert str(JobTimeout()) == "the job ran past its timeout"
+
+
+# --- the sync timeout, in a processor thread ------------------------------------------------
+
+INFLIGHT = "jobsapp:inflight:timeouts-test"
+
+
+def take(redis, queue: str = "default") -> UnitOfWork:
+    """Move the next job of ``queue`` in flight, as a fetcher would."""
+    return UnitOfWork(redis.lmove(f"queue:{queue}", INFLIGHT, "RIGHT", "LEFT"), queue)
+
+
+def retried(redis) -> list[dict]:
+    return [json.loads(member) for member in redis.zrange("retry", 0, -1)]
+
+
+def test_a_sync_job_looping_past_its_timeout_lands_in_the_retry_set_with_job_timeout(redis):
+    # Given a job that would spin in Python for 30 s, with a 0.3 s timeout
+    jid = Spin.set(timeout=0.3).perform_async(30, "spun")
+    processor = Processor(RetryPolicy(get_redis(), INFLIGHT), watchdog=Watchdog())
+    # When a processor runs it
+    started = time.monotonic()
+    result = processor.process(take(redis))
+    elapsed = time.monotonic() - started
+    # Then it stopped soon after its timeout (a generous bound), never finished, and is a failure
+    assert elapsed < 5, elapsed
+    assert redis.llen(RAN_KEY) == 0 and result.failed and not result.acknowledge
+    # And it waits in the retry set with JobTimeout and the timeout in its message, out of flight
+    (failed,) = retried(redis)
+    assert failed["jid"] == jid and failed["error_class"] == "jobsapp.errors.JobTimeout"
+    assert failed["error_message"] == "the job ran past its timeout of 0.3 s" and failed["retry_count"] == 0
+    assert redis.llen(INFLIGHT) == 0
+
+
+def test_a_job_within_its_timeout_is_untouched_and_its_thread_stays_usable(redis):
+    # Given a job well within its timeout, then one without a timeout, in the same thread
+    watchdog = Watchdog()
+    processor = Processor(RetryPolicy(get_redis(), INFLIGHT), watchdog=watchdog)
+    Spin.set(timeout=5).perform_async(0.05, "quick")
+    Spin.perform_async(0.3, "untimed")
+    # When both run
+    first = processor.process(take(redis))
+    second = processor.process(take(redis))
+    # Then both succeeded, the watchdog never fired, and nothing is left guarded
+    assert not first.failed and not second.failed
+    assert redis.lrange(RAN_KEY, 0, -1) == [b"quick", b"untimed"]
+    assert watchdog.fired_total == 0 and watchdog.running() == {}
+
+
+def test_a_timeout_firing_as_perform_returns_never_lands_in_the_engine(redis):
+    # Given many jobs whose timeout is about as long as they run (the watchdog races their end),
+    # and jobs ending in a blocking C call that outlives the timeout (the exception is pending
+    # when perform returns)
+    watchdog = Watchdog()
+    processor = Processor(RetryPolicy(get_redis(), INFLIGHT), watchdog=watchdog)
+    for index in range(60):
+        Spin.set(timeout=0.004 + (index % 5) * 0.001).perform_async(0.005, f"spin-{index}")
+    for index in range(5):
+        BlockInC.set(timeout=0.02).perform_async(0.05, f"block-{index}")
+    # When one thread runs them all, then spins in Python (where a stray exception would land)
+    results = [processor.process(take(redis)) for _ in range(65)]
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        pass
+    # Then each job either succeeded or went to retry with JobTimeout: nothing was parked as an
+    # engine failure, nothing raised out of the processor, and no guard is left behind
+    failed = {item["jid"] for item in retried(redis)}
+    assert all(item["error_class"] == "jobsapp.errors.JobTimeout" for item in retried(redis))
+    assert redis.zcard("dead") == 0 and redis.llen(INFLIGHT) == sum(1 for result in results if result.acknowledge)
+    assert {result.jid for result in results if result.failed} == failed
+    assert watchdog.fired_total > 0 and watchdog.running() == {}
+    # And the blocking jobs sat out their whole C call (not interruptible), then failed with it
+    assert all(result.failed and result.elapsed_seconds >= 0.05 for result in results[60:])
+
+
+# --- the hard limit: a -P child whose job ignores JobTimeout is recycled -------------------
+
+
+@pytest.mark.slow
+def test_the_hard_limit_recycles_a_child_and_its_other_jobs_are_put_back_and_run(redis_server, redis):
+    # Given a job stuck 60 s in one C call with a 1 s timeout, then jobs of 4 s for every thread
+    stuck_jid = BlockInC.set(timeout=1).perform_async(60, "stuck")
+    SleepWhere.perform_bulk([[4, f"other-{index}"] for index in range(7)])
+    overrides = json.dumps({"TIMEOUT_HARD_LIMIT_SECONDS": 1})
+    # When two children of 4 threads run them with a hard limit of 1 s past the timeout
+    with WorkerProcess(["-P", "2", "-c", "4"], {"JOBSAPP_TEST_OVERRIDES": overrides}, redis_url=redis_server.url) as worker:
+        wait_until(lambda: redis.zcard("retry") == 1, timeout_seconds=20, message="the stuck job was filed")
+        started = [value.decode() for value in redis.lrange("test:started", 0, -1)]
+        stuck_pid = next(entry.split(":")[1] for entry in started if entry.startswith("stuck:"))
+        # Then that child exits and the supervisor starts a fresh one in its slot
+        wait_until(lambda: f"exited ({70})" in worker.output, timeout_seconds=20, message="the stuck child exited")
+        wait_until(lambda: worker.output.count("started worker process") >= 3, timeout_seconds=20, message="a new child started")
+        # And every other job ran to the end, those the stuck child held included (put back, run again)
+        wait_until(lambda: redis.llen(RAN_KEY) >= 7, timeout_seconds=30, message="the other jobs ran")
+    ran = sorted({value.decode() for value in redis.lrange(RAN_KEY, 0, -1)})
+    assert ran == [f"other-{index}" for index in range(7)]
+    held_by_stuck_child = [entry for entry in started if entry.endswith(f":{stuck_pid}") and not entry.startswith("stuck:")]
+    assert held_by_stuck_child, f"the stuck child ran no other job: {started}"
+    assert "put back" in worker.output
+    # And the stuck job is in the retry set with JobTimeout saying why, and in no queue
+    (failed,) = retried(redis)
+    assert failed["jid"] == stuck_jid and failed["error_class"] == "jobsapp.errors.JobTimeout"
+    assert "still running 1 s later" in failed["error_message"] and "worker process was stopped" in failed["error_message"]
+    assert redis.llen("queue:default") == 0

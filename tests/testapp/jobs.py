@@ -258,3 +258,38 @@ class BatchComplete(Job):
 class BatchSuccess(Job):
     def perform(self, bid, counts):
         get_redis().rpush("test:batch_callbacks", json.dumps(["success", bid, counts], sort_keys=True))
+
+
+# --- timeouts (tests/jobsapp/test_timeouts.py) --------------------------------------------
+
+
+@sidekiq_options(retry=3)
+class Spin(Job):
+    """Busy in Python code for ``seconds`` (interruptible by JobTimeout), then records ``value``."""
+
+    def perform(self, seconds, value):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            pass
+        get_redis().rpush(RAN_KEY, value)
+
+
+@sidekiq_options(retry=3)
+class BlockInC(Job):
+    """Blocks in one C call (``select``: JobTimeout cannot interrupt it), then records ``value``."""
+
+    def perform(self, seconds, value):
+        import select
+
+        get_redis().rpush("test:started", f"{value}:{os.getpid()}")
+        select.select([], [], [], seconds)
+        get_redis().rpush(RAN_KEY, value)
+
+
+class SleepWhere(Job):
+    """Records ``value:pid`` when it starts, sleeps, then records ``value``."""
+
+    def perform(self, seconds, value):
+        get_redis().rpush("test:started", f"{value}:{os.getpid()}")
+        time.sleep(seconds)
+        get_redis().rpush(RAN_KEY, value)
