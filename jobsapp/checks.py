@@ -40,6 +40,7 @@ SETTING_IDS = {"unknown": "jobsapp.E001", "type": "jobsapp.E005", "range": "jobs
 AT_LEAST_ONE = frozenset(
     {
         "CONCURRENCY",
+        "ASYNC_CONCURRENCY",
         "PROCESSES",
         "FETCH_BATCH_SIZE",
         "POISON_RECOVERY_LIMIT",

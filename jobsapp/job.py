@@ -7,11 +7,14 @@ to ``jobsapp.client``; the worker later builds a fresh instance per run and call
 
 Defining a subclass registers it under its wire name: the dotted Python path by default, or the
 ``class_name`` option (a Ruby-style ``"HardWorker"``) so Ruby and Python can share a queue.
+A subclass whose ``perform`` is an ``async def`` is an async job (``is_async``): workers await it
+on their event loop (``jobsapp.aio``). An async generator is refused when the class is defined.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, ClassVar, TypeVar
@@ -59,6 +62,9 @@ class Job:
     sidekiq_options_hash: ClassVar[dict[str, Any]] = {"retry": True}
     #: Set on abstract bases that should not be registered.
     abstract: ClassVar[bool] = True
+    #: Whether workers run it on their event loop (``jobsapp.aio``): set when the class is defined,
+    #: True when ``perform`` is an ``async def``.
+    is_async: ClassVar[bool] = False
 
     jid: str
     item: Item
@@ -69,6 +75,13 @@ class Job:
         cls.sidekiq_options_hash = dict(cls.sidekiq_options_hash)
         if "abstract" not in cls.__dict__:
             cls.abstract = False
+        if "is_async" not in cls.__dict__:
+            if inspect.isasyncgenfunction(cls.perform):
+                raise TypeError(
+                    f"{cls.__module__}.{cls.__qualname__}.perform is an async generator (async def with yield): "
+                    "a worker could not run it to the end; make it a plain async def (or def) that returns"
+                )
+            cls.is_async = inspect.iscoroutinefunction(cls.perform)
         if not cls.abstract:
             registry.register(cls, cls.wire_name())
 

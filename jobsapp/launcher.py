@@ -47,6 +47,7 @@ from functools import partial
 import redis
 
 from . import connection, keys, shards
+from .aio import AsyncLane
 from .backoff import Backoff
 from .component import Component
 from .conf import jobs_settings
@@ -74,6 +75,8 @@ SECOND_SIGNAL_AFTER_SECONDS = 1.0
 #: a typo such as ``-c 1000000`` must be refused, not grow a process to gigabytes before it
 #: starts (and while it ignores TERM).
 MAX_CONCURRENCY = 1000
+#: The most async jobs running at once per process (each parks a small thread while it awaits).
+MAX_ASYNC_CONCURRENCY = 10_000
 
 
 def cpu_count() -> int:
@@ -98,6 +101,8 @@ def limits_problem(options: WorkerOptions) -> str | None:
     """Why ``options`` cannot run (a clear message for the command line), or None."""
     if options.concurrency < 1 or options.processes < 1:
         return "-c and -P must be at least 1"
+    if not 1 <= options.async_concurrency <= MAX_ASYNC_CONCURRENCY:
+        return f"--async-concurrency must be between 1 and {MAX_ASYNC_CONCURRENCY} (async jobs running at once per process)"
     if options.concurrency > MAX_CONCURRENCY:
         return (
             f"-c {options.concurrency} is more threads than a process can use (at most {MAX_CONCURRENCY}): "
@@ -120,6 +125,7 @@ class WorkerOptions:
     tag: str = ""
     labels: list[str] = field(default_factory=list)
     fetch: str = "reliable"
+    async_concurrency: int = 100
 
     @property
     def queue_order(self) -> QueueOrder:
@@ -355,13 +361,17 @@ class WorkerProcess:
 
         policy = RetryPolicy(client, fetch.inflight_key, rng=self.rng, stop=self.hard_stop)
         watchdog = Watchdog(hard_limit_seconds=hard_limit_seconds(reliable), on_hard_limit=lambda: self.on_signal(HARD_LIMIT_SIGNAL))
+        async_lane = AsyncLane(concurrency=options.async_concurrency)
         manager = Manager(
             fetch=fetch,
-            processor=Processor(policy, quarantine=Quarantine(client, self.identity) if reliable else None, watchdog=watchdog),
+            processor=Processor(
+                policy, quarantine=Quarantine(client, self.identity) if reliable else None, watchdog=watchdog, async_lane=async_lane
+            ),
             concurrency=options.concurrency,
             batch_size=int(jobs_settings.FETCH_BATCH_SIZE),
             block_seconds=float(jobs_settings.FETCH_BLOCK_SECONDS),
             stop_event=self.hard_stop,
+            async_lane=async_lane,
         )
         info = {
             "hostname": self.hostname,
@@ -369,6 +379,7 @@ class WorkerProcess:
             "pid": os.getpid(),
             "tag": options.tag,
             "concurrency": options.concurrency,
+            "async_concurrency": options.async_concurrency,
             "queues": options.queue_order.names,
             "labels": list(options.labels),
             "identity": self.identity,

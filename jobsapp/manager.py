@@ -10,14 +10,20 @@ Threads (all daemons, named):
   and long jobs spread over every process and host with a free thread (Sidekiq's rule); short
   jobs make it a full batch, so many jobs still come in one round trip.
 - ``jobsapp.processor-<n>`` (``concurrency`` of them) take units from the buffer and run them.
+  An async job (``async def perform``) is handed to the async lane (``jobsapp.aio``) once it has
+  a free slot, and the thread goes back for the next unit; while the lane is full the thread
+  waits with its unit (counted busy, so the fetcher takes no more). The lane's running jobs are
+  in the running set (the busy list) under pseudo thread ids, and are recorded and acknowledged
+  like any other; fair fetch counts only the processor threads.
 - ``jobsapp.acker`` acknowledges finished jobs and adds to the stats counters in batches: one
   ``ack.lua`` call for everything finished since the previous call (that is how the engine
   drains many thousand jobs a second without a round trip per job).
 
 Lifecycle: ``start()``; ``quiet()`` stops fetching and puts the buffered, not yet started jobs
 back at the front of their queues; ``stop(deadline)`` quiets, waits for running jobs until the
-deadline, flushes acknowledgements, then puts every still-running job back at the front of its
-queue (``requeue.lua``, guarded so a job is never both requeued and filed in retry) and tells
+deadline, cancels the async jobs still running (their threads park, see ``jobsapp.aio``), flushes
+acknowledgements, then puts every still-running job back at the front of its queue
+(``requeue.lua``, guarded so a job is never both requeued and filed in retry) and tells
 middleware through ``on_requeue``.
 
 A job that finished but whose ack had not reached Redis when the process died runs again
@@ -38,6 +44,7 @@ from itertools import chain
 from typing import Any
 
 from . import faults
+from .aio import PSEUDO_THREAD_ID_BASE, AsyncLane
 from .backoff import Backoff, call_with_retry
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, REDIS_ERRORS
@@ -115,8 +122,10 @@ class Manager:
         batch_size: int,
         block_seconds: float,
         stop_event: threading.Event,
+        async_lane: AsyncLane | None = None,
     ) -> None:
         self.fetch = fetch
+        self.async_lane = async_lane  # runs async jobs; their entries in _running have pseudo ids
         self.processor = processor
         self.concurrency = concurrency
         self.capacity = max(batch_size, 1)  # the most jobs one fetch takes, and the buffer holds
@@ -130,7 +139,8 @@ class Manager:
         self._work_ready = threading.Condition(self._lock)
         self._room = threading.Condition(self._lock)
         self._buffer: deque[UnitOfWork] = deque()
-        self._running: dict[int, Running] = {}
+        self._running: dict[int, Running] = {}  # thread id (or an async job's pseudo id) -> its job
+        self._async_running = 0  # entries of _running that are async jobs in the lane
         self._quiet = threading.Event()
         self._processors_done = False
 
@@ -158,6 +168,8 @@ class Manager:
         self._threads = [
             threading.Thread(target=self._process_loop, name=f"jobsapp.processor-{index}", daemon=True) for index in range(self.concurrency)
         ]
+        if self.async_lane is not None:
+            self.async_lane.start()
         self._fetcher.start()
         self._acker.start()
         for thread in self._threads:
@@ -191,8 +203,14 @@ class Manager:
         self.quiet()
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        while self._async_running and time.monotonic() < deadline:  # the lane's jobs, until the deadline
+            time.sleep(0.02)
         with self._lock:
             unfinished = [running.unit for running in self._running.values()]
+        if self.async_lane is not None:
+            if self.async_lane.cancel_running():  # their threads park: put back below, never filed
+                logger.warning("shutdown: async jobs still running at the deadline were cancelled")
+            self.async_lane.stop()
         self._stop_acker()
         if self._fetcher is not None:
             self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.block_seconds + 1)))
@@ -271,38 +289,71 @@ class Manager:
                 self._running[ident] = Running(unit, time.time())
                 if self._below_low_water(self._fetch_target()):
                     self._room.notify()
-            try:
-                result = self.processor.process(unit)
-            except CONNECTION_ERRORS as exc:
-                # only when stopping for good during an outage: the job stays in flight and is
-                # recovered by the next process in this slot or by the orphan sweeper
-                logger.error("jid unknown queue=%s left in flight: Redis unavailable at shutdown (%s)", unit.queue, exc)
-                with self._lock:
-                    self._running.pop(ident, None)
-                continue
-            except REDIS_ERRORS as exc:  # Redis refusing a write (e.g. OOM) around the job: back on its queue once Redis takes it
-                logger.error("queue=%s Redis refused a write around a job (%s); it goes back to its queue", unit.queue, exc)
-                with self._lock:
-                    self._running.pop(ident, None)
-                self._requeue([unit], reason="error", persistent=True)
-                continue
-            except Exception as exc:  # noqa: BLE001  # an engine bug: parked in the dead set, never requeued into a hot loop
-                with self._lock:
-                    self._running.pop(ident, None)
-                self._park(unit, exc)
-                continue
-            self._record(unit, result)  # before leaving the running set: always known to be ours (_reconcile)
-            with self._lock:
-                self._running.pop(ident, None)
+            self._run(ident, unit)
+
+    def _run(self, ident: int, unit: UnitOfWork) -> None:
+        """Process ``unit``, registered in the running set under ``ident``, and record its outcome."""
+        try:
+            result = self.processor.process(unit)
+        except CONNECTION_ERRORS as exc:
+            # only when stopping for good during an outage: the job stays in flight and is
+            # recovered by the next process in this slot or by the orphan sweeper
+            logger.error("jid unknown queue=%s left in flight: Redis unavailable at shutdown (%s)", unit.queue, exc)
+            self._leave(ident)
+            return
+        except REDIS_ERRORS as exc:  # Redis refusing a write (e.g. OOM) around a job: back on its queue once Redis takes it
+            logger.error("queue=%s Redis refused a write around a job (%s); it goes back to its queue", unit.queue, exc)
+            self._leave(ident)
+            self._requeue([unit], reason="error", persistent=True)
+            return
+        except Exception as exc:  # noqa: BLE001  # an engine bug: parked in the dead set, never requeued into a hot loop
+            self._leave(ident)
+            self._park(unit, exc)
+            return
+        if result is None:  # an async job: the async lane runs it; this thread takes the next unit
+            self._hand_off(ident, unit)
+            return
+        self._record(unit, result)  # before leaving the running set: always known to be ours (_reconcile)
+        with self._lock:
+            self._running.pop(ident, None)
+            if ident < PSEUDO_THREAD_ID_BASE:  # the look-ahead models the processor threads' turnover
                 self._job_seconds = _moving_average(self._job_seconds, result.elapsed_seconds)
-                if self._below_low_water(self._fetch_target()):
-                    self._room.notify()  # a thread is free: the fetcher may take a job for it
+            else:
+                self._async_running -= 1
+            if self._below_low_water(self._fetch_target()):
+                self._room.notify()  # a thread is free: the fetcher may take a job for it
+
+    def _leave(self, ident: int) -> None:
+        with self._lock:
+            if self._running.pop(ident, None) is not None and ident >= PSEUDO_THREAD_ID_BASE:
+                self._async_running -= 1
+
+    def _hand_off(self, ident: int, unit: UnitOfWork) -> None:
+        """Give an async job to the async lane once it has a free slot (waiting, unit in hand,
+        while it is full: this thread then counts as busy, so the fetcher does not hoard more);
+        quiet while waiting puts the unit back unstarted."""
+        lane = self.async_lane
+        if lane is None:  # the processor hands off only when there is a lane
+            raise RuntimeError("an async job was handed off without an async lane")
+        while not lane.acquire_slot(0.2):
+            if self._quiet.is_set():
+                self._leave(ident)
+                self._requeue([unit], reason="quiet")
+                return
+        pseudo = lane.new_pseudo_thread_id()
+        with self._lock:  # moved in one step: _reconcile and stop always see the unit
+            running = self._running.pop(ident)
+            self._running[pseudo] = running
+            self._async_running += 1
+            if self._below_low_water(self._fetch_target()):
+                self._room.notify()
+        lane.submit(lambda: self._run(pseudo, unit))
 
     def _fetch_target(self) -> int:
         """Under _lock: how many fetched, unstarted jobs this process may hold now: one per idle
         thread, plus the jobs its threads finish during one fetch round trip (twice that, for
         margin; 0 while jobs outlast a round trip), at most a batch."""
-        idle = max(0, self.concurrency - len(self._running))
+        idle = max(0, self.concurrency - (len(self._running) - self._async_running))
         lookahead = 0
         if self._job_seconds is not None and self._fetch_seconds is not None:
             lookahead = int(2 * self.concurrency * self._fetch_seconds / max(self._job_seconds, 1e-6))

@@ -1,7 +1,10 @@
 """Running one job: decode -> look up the registered class -> server middleware -> perform.
 
-Called in a processor thread (``jobsapp.processor-<n>``) owned by the manager. What becomes of
-the job is returned to the manager, which acknowledges it in the next batch:
+Called in a processor thread (``jobsapp.processor-<n>``) owned by the manager. An async job
+(``async def perform``) is not run there: ``process`` returns None right after the lookup, and the
+manager hands the unit to the async lane, whose thread calls ``process`` again; the chain is the
+same, its innermost step awaits the coroutine on the process's event loop (``jobsapp.aio``).
+What becomes of the job is returned to the manager, which acknowledges it in the next batch:
 
 - success: acknowledged, counted processed;
 - expired (fetched past its ``expires_at``, ``jobsapp.expiry``): acknowledged, counted processed
@@ -17,7 +20,8 @@ the job is returned to the manager, which acknowledges it in the next batch:
   (``park``); never requeued, so a payload cannot make a worker loop hot;
 - ``NoRetryError``: acknowledged, counted failed, not retried (middleware records why);
 - past ``sidekiq_options(timeout=...)`` (a sync job; ``jobsapp.timeouts``): ``JobTimeout`` raised
-  in its thread, filed as any exception below;
+  in its thread, filed as any exception below (an async job's coroutine is cancelled instead and
+  ``JobTimeout`` raised in its place, ``jobsapp.aio``);
 - any other exception: ``RetryPolicy`` files it in retry or dead atomically with its ack.
 
 Django database connections are per thread: stale ones are closed before and after each job,
@@ -26,7 +30,6 @@ as Django does around a request. One log line at start and one at the end of eac
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 import time
@@ -37,7 +40,7 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
 
-from . import batch, expiry, faults, limiter, periodic, registry, timeouts, unique
+from . import aio, batch, expiry, faults, limiter, periodic, registry, timeouts, unique
 from .conf import jobs_settings
 from .connection import REDIS_ERRORS
 from .error_fields import safe_message
@@ -87,8 +90,16 @@ def looks_like_class_name(name: str) -> bool:
 class Processor:
     """Executes units of work; shared by all processor threads of a process (no per-job state)."""
 
-    def __init__(self, policy: RetryPolicy, *, quarantine: Quarantine | None = None, watchdog: Watchdog | None = None) -> None:
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        *,
+        quarantine: Quarantine | None = None,
+        watchdog: Watchdog | None = None,
+        async_lane: aio.AsyncLane | None = None,
+    ) -> None:
         self.policy = policy
+        self.async_lane = async_lane  # where async jobs run; None: in the calling thread (jobsapp.aio)
         self.quarantine = quarantine  # runs jobs recovered from dead processes one at a time
         self.watchdog = watchdog or timeouts.default_watchdog()  # sync jobs' sidekiq_options(timeout=...)
         # Asked once: runworkers sets the level before it builds the processor (jobsapp.logs).
@@ -99,10 +110,13 @@ class Processor:
             raise ImproperlyConfigured(problem)
         self.queue_limits: dict[str, int] = dict(jobs_settings.QUEUE_LIMITS or {})
 
-    def process(self, unit: UnitOfWork) -> Result:
+    def process(self, unit: UnitOfWork) -> Result | None:
         """Run one unit of work and file its outcome. Never raises for anything a payload, a job,
         a middleware or the retry policy does: what cannot be handled is parked in the dead set
-        as malformed, once (a Redis error while filing at a hard stop is the only exception)."""
+        as malformed, once (a Redis error while filing at a hard stop is the only exception).
+
+        None: an async job, not run here; the manager hands the unit to the async lane, whose
+        thread calls ``process`` again (``jobsapp.aio``)."""
         started = time.monotonic()
         try:
             return self._process(unit, started)
@@ -141,7 +155,7 @@ class Processor:
         jid = item.get("jid")
         logger.error("class=%s jid=%s queue=%s stuck past the hard limit (%s)", item.get("class"), jid, unit.queue, outcome.kind)
 
-    def _process(self, unit: UnitOfWork, started: float) -> Result:
+    def _process(self, unit: UnitOfWork, started: float) -> Result | None:
         try:
             item = decode(unit.raw)
         except MalformedPayload as exc:
@@ -189,6 +203,8 @@ class Processor:
                 job_class=class_name[:200],
                 elapsed_seconds=time.monotonic() - started,
             )
+        if job_class.is_async and self.async_lane is not None and aio.current_lane() is not self.async_lane:
+            return None  # handed to the async lane; decoded and looked up again there
 
         args = item.get("args", [])
         kwargs = item.get("kwargs") or {}
@@ -213,7 +229,9 @@ class Processor:
             job.item = item
             job.queue = unit.queue
             call_perform = lambda: job.perform(*args, **kwargs)  # noqa: E731
-            if timeout is not None and not inspect.iscoroutinefunction(job_class.perform):
+            if job_class.is_async:  # innermost: the lane thread parks while the loop awaits the coroutine
+                call_perform = partial(aio.perform, call_perform, timeout_seconds=timeout)
+            elif timeout is not None:
                 stuck = partial(self._file_stuck, unit, item, job_class, timeout)
                 call_perform = self.watchdog.within(timeout, call_perform, on_stuck=stuck)
             if faults.POINT:

@@ -27,9 +27,10 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from . import client, registry
+from . import aio, client, registry, timeouts
 from .middleware import run_server_chain
 from .payload import Item
 
@@ -64,7 +65,10 @@ def execute(item: Item) -> Any:
     job.queue = str(item.get("queue", "default"))
     args = item.get("args", [])
     kwargs = item.get("kwargs") or {}
-    return run_server_chain(job, item, job.queue, lambda: job.perform(*args, **kwargs))
+    call_perform = lambda: job.perform(*args, **kwargs)  # noqa: E731
+    if job_class.is_async:  # awaited on a new loop in this thread (jobsapp.aio)
+        call_perform = partial(aio.perform, call_perform, timeout_seconds=timeouts.timeout_seconds(item))
+    return run_server_chain(job, item, job.queue, call_perform)
 
 
 def set_mode(mode: str) -> None:

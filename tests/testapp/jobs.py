@@ -293,3 +293,64 @@ class SleepWhere(Job):
         get_redis().rpush("test:started", f"{value}:{os.getpid()}")
         time.sleep(seconds)
         get_redis().rpush(RAN_KEY, value)
+
+
+# --- async jobs (tests/jobsapp/test_async.py) ----------------------------------------------
+
+import asyncio  # noqa: E402
+import threading  # noqa: E402
+
+from jobsapp.middleware import ServerMiddleware  # noqa: E402
+
+
+class AsyncNap(Job):
+    """Awaits ``seconds`` on the worker's event loop, then records its value (test:ran)."""
+
+    async def perform(self, seconds, value):
+        await asyncio.to_thread(get_redis().rpush, "test:started", value)
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            await asyncio.to_thread(get_redis().rpush, "test:cancelled", value)
+            raise
+        await asyncio.to_thread(get_redis().rpush, RAN_KEY, value)
+
+
+@sidekiq_options(retry=3, backtrace=True)
+class AsyncExplode(Job):
+    async def perform(self, message):
+        await asyncio.sleep(0)
+        raise ValueError(message)
+
+
+@sidekiq_options(use_task_event=True)
+class TrackedAsync(Job):
+    async def perform(self, value):
+        await asyncio.sleep(0.01)
+        return value
+
+
+class AsyncSyncToAsync(Job):
+    """Calls sync code the Django way; records the thread it ran in next to the loop's thread."""
+
+    async def perform(self, value):
+        from asgiref.sync import sync_to_async
+
+        loop_thread = threading.current_thread().name
+        sync_thread = await sync_to_async(lambda: threading.current_thread().name)()
+        get_redis().rpush("test:threads", json.dumps([value, loop_thread, sync_thread]))
+
+
+class RecordsChain(ServerMiddleware):
+    """Records, per job, the class, the thread running the chain and what the chain saw."""
+
+    def call(self, job, item, queue, call_next):
+        seen = {"class": item["class"], "thread": threading.current_thread().name}
+        try:
+            result = call_next()
+        except Exception as exc:
+            seen["raised"] = type(exc).__name__
+            raise
+        finally:
+            get_redis().rpush("test:chain", json.dumps(seen))
+        return result

@@ -30,6 +30,12 @@ class Command(BaseCommand):
             "no weights means strict order (default: JOBSAPP['QUEUES'])",
         )
         parser.add_argument("-c", "--concurrency", type=int, help=f"processor threads per process (default 10, at most {MAX_CONCURRENCY})")
+        parser.add_argument(
+            "--async-concurrency",
+            type=int,
+            help="async jobs (async def perform) running at once per process, on its event loop, besides the -c threads "
+            "(default JOBSAPP['ASYNC_CONCURRENCY'], 100)",
+        )
         parser.add_argument("-P", "--processes", type=int, help="worker processes to fork (default: one per CPU)")
         parser.add_argument("-t", "--timeout", type=float, help="seconds to wait for running jobs at shutdown (default 25)")
         parser.add_argument("-g", "--tag", help="a tag shown with the process in the dashboards")
@@ -67,6 +73,7 @@ class Command(BaseCommand):
             tag=given("tag", str(jobs_settings.TAG)),
             labels=given("label", list(jobs_settings.LABELS)),
             fetch=given("fetch", str(jobs_settings.FETCH)),
+            async_concurrency=given("async_concurrency", int(jobs_settings.ASYNC_CONCURRENCY)),
         )
         try:
             order = QueueOrder.parse(worker_options.queues)
@@ -82,7 +89,8 @@ class Command(BaseCommand):
             "jobsapp workers\n"
             f"  redis:       {connection.describe()}\n"
             f"  queues:      {order.describe()}\n"
-            f"  processes:   {worker_options.processes} x {worker_options.concurrency} threads\n"
+            f"  processes:   {worker_options.processes} x {worker_options.concurrency} threads"
+            f" + {worker_options.async_concurrency} async jobs\n"
             f"  fetch:       {worker_options.fetch}\n"
             f"  timeout:     {worker_options.timeout_seconds:g} s\n"
             f"  jobs:        {len(registry.names())} registered\n"

@@ -1,0 +1,228 @@
+"""The async lane: one event loop per worker process for jobs whose ``perform`` is a coroutine.
+
+A job class whose ``perform`` is an ``async def`` (``Job.is_async``, decided when the class is
+defined) is an async job. A processor thread that takes one hands it to this lane and goes back
+for the next job at once; the lane runs at most ``ASYNC_CONCURRENCY`` async jobs at a time
+(``runworkers --async-concurrency``), separately from the ``-c`` processor threads.
+
+Threads:
+- ``jobsapp.event-loop`` runs the loop. Only coroutines run there: each job's ``perform`` (under
+  its ``timeout``, if it has one) and nothing else of the engine, so the engine never blocks it.
+- ``jobsapp.async-<n>`` (started on demand, at most ``ASYNC_CONCURRENCY``): one per running async
+  job. It does for the job everything a processor thread does for a sync job, in the same code
+  (``Processor.process``): the server middleware chain (sync ``call``: it wraps the job and sees
+  its exception), Django's ``close_old_connections``, the retry filing, tracking's records. The
+  innermost call of the chain hands the coroutine to the loop and parks this thread on its result.
+  While it is parked, ``sync_to_async`` calls the coroutine makes with ``thread_sensitive=True``
+  (Django's async ORM: ``await Model.objects.aget(...)``) run in this thread, as asgiref runs them
+  under an ASGI server: the job's database connection is the one its thread closes when it ends.
+
+So a running async job costs a parked thread (a small stack, no CPU) but never a processor
+thread, and 100 of them share one loop. What a job author must not do: block the loop. Code in
+``async def perform`` must await (``asyncio.sleep``, an async HTTP client); a blocking call
+(``time.sleep``, ``requests``, the sync ORM, which Django refuses on a loop) stalls every async job
+of the process: wrap it in ``sync_to_async`` / ``asyncio.to_thread``.
+
+What becomes of an async job is what becomes of a sync one: middleware, retries, the busy set
+(each running job under its own pseudo thread id in ``<identity>:work``), tracking and reliable
+fetch (acknowledged in the ack batch after it finished) are the manager's and the processor's.
+At shutdown the manager waits until the deadline, puts the jobs still running back at the front
+of their queues (``requeue.lua``), then cancels their coroutines (``CancelledError`` in the job,
+its ``finally`` blocks run on the loop); the thread of a cancelled job parks until the process
+exits, like a sync job's thread stuck at the deadline, so nothing files it in retry as well.
+A job's ``timeout`` option cancels its coroutine and fails it with ``JobTimeout``.
+
+Outside a worker (``jobsapp.testing``'s inline mode, a plain call) ``run`` uses a new loop in the
+calling thread (``asyncio.run``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from asgiref.sync import SyncToAsync, async_to_sync
+
+from .errors import JobTimeout
+
+logger = logging.getLogger("jobsapp.aio")
+
+#: Pseudo thread ids of running async jobs (keys of the busy set) start here: above any real
+#: thread id (a pthread address below 2**48 on 64-bit Linux), so they never collide.
+PSEUDO_THREAD_ID_BASE = 1 << 56
+
+#: How long the loop gets to run the cancelled jobs' clean-up at shutdown.
+CANCEL_GRACE_SECONDS = 1.0
+
+_current = threading.local()
+
+
+def current_lane() -> AsyncLane | None:
+    """The lane whose thread this is, or None outside a lane thread."""
+    return getattr(_current, "lane", None)
+
+
+def perform(call: Callable[[], Any], *, timeout_seconds: float | None = None) -> Any:
+    """Call ``call`` (the job's ``perform``) and, when it returns a coroutine, run it to the end:
+    on this process's loop from a lane thread, else on a new loop in this thread. The innermost
+    step of an async job's middleware chain."""
+    result = call()
+    if inspect.iscoroutine(result):
+        return run(result, timeout_seconds=timeout_seconds)
+    return result
+
+
+def run(coroutine: Coroutine[Any, Any, Any], *, timeout_seconds: float | None = None) -> Any:
+    """Run ``coroutine`` to the end and return its result, JobTimeout past ``timeout_seconds``."""
+    lane = current_lane()
+    if lane is None:
+        return asyncio.run(_with_timeout(coroutine, timeout_seconds))
+    return lane.run(coroutine, timeout_seconds=timeout_seconds)
+
+
+async def _with_timeout(coroutine: Coroutine[Any, Any, Any], timeout_seconds: float | None) -> Any:
+    if timeout_seconds is None:
+        return await coroutine
+    deadline = asyncio.timeout(timeout_seconds)
+    try:
+        async with deadline:
+            return await coroutine
+    except TimeoutError:
+        if deadline.expired():  # ours, not a TimeoutError the job raised itself
+            raise JobTimeout(f"the job ran past its timeout of {timeout_seconds:g} s and was cancelled") from None
+        raise
+
+
+class AsyncLane:
+    """One process's event loop thread and the threads of its running async jobs."""
+
+    def __init__(self, *, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self._slots = threading.Semaphore(concurrency)
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread: threading.Thread | None = None
+        self._work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._threads_lock = threading.Lock()
+        self._threads = 0
+        self._idle_threads = 0
+        self._tasks: set[asyncio.Task[Any]] = set()  # the loop thread's only
+        self._cancelled = threading.Event()  # set at the shutdown deadline
+        self._pseudo_ids = itertools.count(PSEUDO_THREAD_ID_BASE)
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="jobsapp.event-loop", daemon=True)
+        self._loop_thread.start()
+
+    def cancel_running(self) -> int:
+        """At the shutdown deadline: cancel every running job's coroutine (their threads park
+        until the process exits; the manager has put the jobs back) and give the loop
+        ``CANCEL_GRACE_SECONDS`` for their clean-up. Returns how many were cancelled."""
+        self._cancelled.set()
+        if self._loop_thread is None or not self._loop.is_running():
+            return 0
+
+        async def cancel_all() -> int:
+            tasks = [task for task in self._tasks if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=CANCEL_GRACE_SECONDS)
+            return len(tasks)
+
+        try:
+            return asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(CANCEL_GRACE_SECONDS + 1)
+        except TimeoutError:  # a job ignoring its cancellation: its thread parks all the same
+            logger.warning("async jobs did not finish cancelling within %.0f s", CANCEL_GRACE_SECONDS)
+            return len(self._tasks)
+
+    def stop(self) -> None:
+        """Stop the loop (after ``cancel_running``, or once no async job runs)."""
+        if self._loop_thread is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join(CANCEL_GRACE_SECONDS)
+
+    # --- for the manager ---------------------------------------------------------------
+
+    def new_pseudo_thread_id(self) -> int:
+        """The busy-set key of one async job run."""
+        return next(self._pseudo_ids)
+
+    def acquire_slot(self, timeout_seconds: float) -> bool:
+        """Take one of ``concurrency`` slots (True), or False after ``timeout_seconds``."""
+        return self._slots.acquire(timeout=timeout_seconds)
+
+    def submit(self, work: Callable[[], None]) -> None:
+        """Run ``work`` (a job, start to finish) in a lane thread; the caller holds a slot, which
+        is released when ``work`` returns. ``work`` must not raise."""
+
+        def run_then_release() -> None:
+            try:
+                work()
+            finally:
+                self._slots.release()
+
+        with self._threads_lock:
+            start_thread = self._idle_threads == 0 and self._threads < self.concurrency
+            if start_thread:
+                self._threads += 1
+            else:
+                self._idle_threads -= 1
+            number = self._threads
+        self._work.put(run_then_release)
+        if start_thread:
+            threading.Thread(target=self._thread_loop, name=f"jobsapp.async-{number}", daemon=True).start()
+
+    def _thread_loop(self) -> None:
+        _current.lane = self
+        # asgiref's marker of "a sync thread serving this loop": async_to_sync in this thread
+        # schedules on our loop, and thread-sensitive sync_to_async calls come back here
+        SyncToAsync.threadlocal.main_event_loop = self._loop
+        SyncToAsync.threadlocal.main_event_loop_pid = os.getpid()
+        while True:
+            work = self._work.get()
+            try:
+                work()
+            except Exception:  # an engine bug around a job (the manager catches the job's own): it stays in flight for recovery
+                logger.exception("async lane: unexpected error around a job")
+            with self._threads_lock:
+                self._idle_threads += 1
+
+    # --- in a lane thread --------------------------------------------------------------
+
+    def run(self, coroutine: Coroutine[Any, Any, Any], *, timeout_seconds: float | None) -> Any:
+        """Await ``coroutine`` on the loop from this lane thread (which serves the coroutine's
+        thread-sensitive sync calls meanwhile); its result, or its exception."""
+
+        async def supervised() -> Any:
+            task = asyncio.current_task()  # the task asgiref created on our loop for this call
+            if task is not None:
+                self._tasks.add(task)
+            try:
+                return await _with_timeout(coroutine, timeout_seconds)
+            finally:
+                if task is not None:
+                    self._tasks.discard(task)
+
+        if self._cancelled.is_set():  # stopping for good: the manager puts this job back
+            coroutine.close()
+            self._park()
+        try:
+            return async_to_sync(supervised)()
+        except asyncio.CancelledError:
+            if self._cancelled.is_set():
+                self._park()
+            raise  # the job cancelled itself: a failure like any other
+
+    def _park(self) -> None:
+        """Never return: the job was cancelled at the shutdown deadline and put back on its
+        queue; nothing may file it in retry too. The thread is a daemon: it ends with the process."""
+        threading.Event().wait()
