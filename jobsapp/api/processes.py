@@ -20,6 +20,7 @@ write a key of its choosing.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -115,6 +116,24 @@ class Work:
     queue: str
     run_at: float
     record: JobRecord = field(compare=False)
+
+    @property
+    def timeout_seconds(self) -> float | None:
+        """The job's ``sidekiq_options(timeout=...)`` from its payload; None without one (or a
+        garbled one: the page shows the job, not an error)."""
+        value = self.record.get("timeout")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            return None
+        return float(value)
+
+    def elapsed_seconds(self, *, now: float | None = None) -> float:
+        """How long it has been running (``run_at`` is whole seconds, as Sidekiq writes it)."""
+        return max((time.time() if now is None else now) - self.run_at, 0.0) if self.run_at else 0.0
+
+    def overrunning(self, *, now: float | None = None) -> bool:
+        """Whether it has run past its timeout (JobTimeout was raised, or the job ignores it)."""
+        timeout = self.timeout_seconds
+        return timeout is not None and self.elapsed_seconds(now=now) > timeout
 
 
 def _per_process(connection: Any, queue_commands: Callable[[Any, str], object], *, each: int = 1) -> list[tuple[str, Any]]:

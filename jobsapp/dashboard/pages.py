@@ -9,6 +9,7 @@ ignored, never passed to Redis unchecked.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -145,13 +146,15 @@ def queue(request: HttpRequest, name: str) -> HttpResponse:
 @require_GET
 def busy(request: HttpRequest) -> HttpResponse:
     processes = api.ProcessSet.all()
+    now = time.time()
     return TemplateResponse(
         request,
         "jobsapp/busy.html",
         {
             "section": "busy",
             "processes": processes,
-            "work": api.WorkSet.all(),
+            # (work, seconds running, past its timeout): the elapsed time and a timeout overrun
+            "work": [(work, work.elapsed_seconds(now=now), work.overrunning(now=now)) for work in api.WorkSet.all()],
             "threads": sum(process.concurrency for process in processes),
             "busy_threads": sum(process.busy for process in processes),
             "rss_kb": sum(process.rss_kb for process in processes),

@@ -4,16 +4,20 @@ enforced on sync jobs by the watchdog, and never landing outside the job."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
-from jobsapp import Job, JobTimeout, client, sidekiq_options
+from jobsapp import Job, JobTimeout, client, keys, sidekiq_options
 from jobsapp.connection import get_redis
 from jobsapp.fetch import UnitOfWork
 from jobsapp.processor import Processor
 from jobsapp.retry import RetryPolicy
 from jobsapp.timeouts import Watchdog, timeout_seconds
+from tests.jobsapp import sidekiq_data as data
 from tests.testapp.jobs import RAN_KEY, BlockInC, SleepWhere, Spin
 from tests.workers import WorkerProcess, wait_until
 
@@ -151,3 +155,35 @@ def test_the_hard_limit_recycles_a_child_and_its_other_jobs_are_put_back_and_run
     assert failed["jid"] == stuck_jid and failed["error_class"] == "jobsapp.errors.JobTimeout"
     assert "still running 1 s later" in failed["error_message"] and "worker process was stopped" in failed["error_message"]
     assert redis.llen("queue:default") == 0
+
+
+# --- the busy page shows the overrun ----------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_busy_page_shows_elapsed_time_and_a_timeout_overrun(redis, django_user_model):
+    # Given a process running (in Sidekiq's busy format) a job 95 s into its 30 s timeout, one
+    # 10 s into its 30 s timeout, and one without a timeout
+    overrun = data.job("app.jobs.CallPartner", timeout=30)
+    within = data.job("app.jobs.CallPartner", timeout=30)
+    untimed = data.job("app.jobs.Untimed")
+    name = data.process(redis, running=[overrun, within, untimed])
+    now = int(time.time())
+    for thread, item, seconds in (("tid0", overrun, 95), ("tid1", within, 10), ("tid2", untimed, 200)):
+        entry = json.dumps({"queue": "default", "payload": data.dump(item).decode(), "run_at": now - seconds})
+        redis.hset(keys.work(name), thread, entry)
+        redis.hset(keys.workers(name), thread, entry)
+    staff = django_user_model.objects.create_user("ops", password="pw-ops-123", is_staff=True)
+    browser = Client()
+    browser.force_login(staff)
+    # When the Busy page is shown
+    page = browser.get(reverse("jobsapp:busy")).content.decode()
+    # Then the overrunning job says so with both numbers, the other timed job shows its timeout,
+    # and every job shows how long it has run
+    rows = {jid: page[page.index(jid) : page.index("</tr>", page.index(jid))] for jid in (overrun["jid"], within["jid"], untimed["jid"])}
+    # (the page is rendered a moment after the entries were written: a few seconds of slack)
+    assert re.search(r"overrunning: timeout 30 s, running (9[5-9]|10[0-9]) s", rows[overrun["jid"]])
+    assert "timeout 30 s" in rows[within["jid"]] and "overrunning" not in rows[within["jid"]]
+    assert re.search(r'<td class="running">1[0-9] s ', rows[within["jid"]])
+    assert "timeout" not in rows[untimed["jid"]] and "3 min" in rows[untimed["jid"]]
+    assert page.count('class="overrunning"') == 1
