@@ -16,8 +16,8 @@ a job when it is defined (``JobsBackend.task_class``), under its dotted path; ``
 every app is autodiscovered, so only functions defined there (or in code they import) ever run.
 The job builds the ``TaskResult`` Django's signals carry, sends ``task_started``, calls the
 function (with a ``TaskContext`` whose ``attempt`` is the attempt number when the task takes
-context; a coroutine function runs to completion in the processor thread, through asgiref's
-``async_to_sync``), and sends ``task_finished`` on success, and on a failure that will not be
+context; a coroutine function makes an async job, awaited on the worker's event loop in its
+async lane, ``jobsapp.aio``, under the job's ``timeout``), and sends ``task_finished`` on success, and on a failure that will not be
 retried. What becomes of a failed task is the engine's: by default (``RETRY: 0``) it goes
 straight to the dead set (the operator can retry it from the dashboard) and its result says
 FAILED; ``RETRY: n`` retries it n times with Sidekiq's backoff (READY meanwhile).
@@ -30,6 +30,7 @@ ordering within a queue. Only the last error of a task is kept (``errors`` has a
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,7 @@ except ImportError as exc:  # Django < 6.0 has no django.tasks: the backend is n
 from django.core import checks
 from django.utils.json import normalize_json
 
-from . import results
+from . import aio, results, timeouts
 from .conf import jobs_settings
 from .functions import FunctionJob, dotted_path, job_class_for
 from .payload import now
@@ -119,10 +120,14 @@ class TaskJob(FunctionJob):
         )
         task_started.send(sender=backend_class, task_result=task_result)
         try:
+            # an async task's coroutine is awaited on this worker's loop (Task.call would start a loop of its own)
+            call = task.func if type(self).is_async else task.call
             if self.item.get(CONTEXT_KEY):
-                value = task.call(TaskContext(task_result=task_result), *args, **kwargs)
+                value = call(TaskContext(task_result=task_result), *args, **kwargs)
             else:
-                value = task.call(*args, **kwargs)
+                value = call(*args, **kwargs)
+            if inspect.iscoroutine(value):
+                value = aio.run(value, timeout_seconds=timeouts.timeout_seconds(self.item))
             value = normalize_json(value)
         except BaseException as exc:  # re-raised: the engine retries or buries the job as configured
             count = self.item["retry_count"] + 1 if isinstance(self.item.get("retry_count"), int) else 0
@@ -182,7 +187,7 @@ class JobsBackend(BaseTaskBackend):
 
     task_class = JobsTask
     supports_defer = True
-    supports_async_task = True  # run in the processor thread through async_to_sync
+    supports_async_task = True  # awaited on the worker's event loop (jobsapp.aio)
     supports_get_result = True
     supports_priority = False
 

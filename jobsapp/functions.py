@@ -7,6 +7,9 @@
     send_welcome.perform_in(30, 42)            # or perform_at(datetime, 42), set(queue=...)
     send_welcome(42)                           # still a plain call, in this thread
 
+An ``async def`` function makes an async job (``Job.is_async``): workers await it on their event
+loop (``jobsapp.aio``); a plain call still returns the coroutine. An async generator is refused.
+
 Decorating defines a ``Job`` subclass whose ``perform`` calls the function, registered at once
 under the function's dotted path (``module.qualname``, the wire name), so only functions defined
 in imported code (an app's ``jobs.py`` or ``tasks.py``, autodiscovered) can ever run; a payload
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
@@ -60,6 +64,8 @@ def job_class_for(
     options: dict[str, Any] | None = None,
 ) -> type[FunctionJob]:
     """Define and register the job class that runs ``function`` under ``name`` (default: its dotted path)."""
+    if inspect.isasyncgenfunction(function):
+        raise TypeError(f"{function!r} is an async generator (async def with yield): a worker could not run it to the end")
     path = dotted_path(function)
     wire_name = name or path
     namespace: dict[str, Any] = {
@@ -68,6 +74,8 @@ def job_class_for(
         "__doc__": function.__doc__,
         "abstract": True,  # registered below, once its options (and wire name) are set
         "function": staticmethod(function),
+        # perform returns the coroutine; the worker awaits it on its loop (jobsapp.aio.perform)
+        "is_async": inspect.iscoroutinefunction(function),
         **(attributes or {}),
     }
     job_class: type[FunctionJob] = type(function.__name__, (base,), namespace)

@@ -23,13 +23,14 @@ complete). Failures follow Celery's rules through the engine's retry machinery:
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import random
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
-from .. import keys, results
+from .. import aio, keys, results, timeouts
 from ..connection import get_redis
 from ..functions import FunctionJob, dotted_path, job_class_for
 from ..payload import JSON_ENCODER, Item, now
@@ -151,6 +152,12 @@ class Task(Generic[Params, Returned]):
         self.function = function
         self.name = name or dotted_path(function)
         self.bind = bind
+        if bind and inspect.iscoroutinefunction(function):
+            # self.request is per thread, and the coroutine runs on the worker's event loop thread
+            raise TypeError(
+                f"{self.name}: bind=True is not supported on an async def task (self.request would not be this call's); "
+                "use a plain def task to bind, or drop bind"
+            )
         self.queue = queue
         self.max_retries = max_retries
         self.default_retry_delay = default_retry_delay
@@ -391,6 +398,8 @@ class Task(Generic[Params, Returned]):
         try:
             try:
                 value = self.run(*args, **kwargs)
+                if inspect.iscoroutine(value):  # an async def task: awaited on this worker's loop (jobsapp.aio)
+                    value = aio.run(value, timeout_seconds=timeouts.timeout_seconds(item))
             except Retry:
                 raise
             except BaseException as exc:  # autoretry turns it into Retry (or re-raises it when no retries are left)

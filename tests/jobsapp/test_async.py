@@ -12,9 +12,11 @@ import time
 
 import pytest
 
-from jobsapp import Job, JobTimeout, aio, testing
+from jobsapp import Job, JobTimeout, aio, job, results, testing
+from jobsapp.celery import shared_task
 from jobsapp.error_fields import decompress_backtrace
 from tests.testapp.jobs import RAN_KEY, AsyncExplode, AsyncNap, AsyncSyncToAsync, Noop, Record, Sleep, TrackedAsync
+from tests.testapp.tasks import async_multiply, celery_async_add
 from tests.workers import WorkerProcess, wait_until, worker_database_url
 
 FAST_BEAT = {"JOBSAPP_TEST_OVERRIDES": json.dumps({"HEARTBEAT_INTERVAL_SECONDS": 0.2})}
@@ -46,6 +48,23 @@ def test_an_async_generator_perform_is_refused_when_the_class_is_defined():
         class Streams(Job):
             async def perform(self):
                 yield 1
+
+
+def test_async_function_jobs_and_tasks_are_async_jobs():
+    # Given an async function job and an async Celery-style task, Then both run as async jobs
+    assert async_multiply.job_class.is_async and celery_async_add.job_class.is_async
+    # And what the workers cannot run right is refused where it is defined, with the reason
+    with pytest.raises(TypeError, match="async generator"):
+
+        @job
+        async def streams():
+            yield 1
+
+    with pytest.raises(TypeError, match="bind=True is not supported on an async def task"):
+
+        @shared_task(bind=True, name="tests.bound")
+        async def bound(self):
+            return None
 
 
 # --- in this process ----------------------------------------------------------------------
@@ -213,6 +232,18 @@ def test_sigkill_during_async_jobs_loses_nothing(redis_server, redis):
     worker.kill()
     # Then they are all still in the process's in-flight list (recovered by the next process)
     assert redis.llen(f"jobsapp:inflight:{worker.identity}") == 4
+
+
+@slow
+def test_async_function_jobs_and_celery_tasks_run_on_the_loop(redis_server, redis):
+    # Given an async function job (retained) and an async Celery-style task
+    jid = async_multiply.perform_async(6, 7)
+    result = celery_async_add.delay(40, 2)
+    # When a worker runs them, Then their coroutines ran to the end and returned their values
+    with WorkerProcess(["-c", "1"], redis_url=redis_server.url):
+        wait_until(lambda: (record := results.get(jid)) is not None and record.status == results.SUCCEEDED, message="retained")
+        assert result.get(timeout=10) == 42
+    assert results.get(jid).value == 42
 
 
 @slow

@@ -120,3 +120,21 @@ def celery_always_fails(message):
 @shared_task(queue="critical")
 def celery_fails_once_no_retry(message):
     raise KeyError(message)
+
+
+# --- async functions and tasks (tests/jobsapp/test_async.py) ------------------------------
+
+import asyncio  # noqa: E402
+
+
+@jobsapp.job(retain=600)
+async def async_multiply(left: int, right: int) -> int:
+    """An async function job: awaited on the worker's loop; its result is retained."""
+    await asyncio.sleep(0.01)
+    return left * right
+
+
+@shared_task
+async def celery_async_add(left, right):
+    await asyncio.sleep(0.01)
+    return left + right
