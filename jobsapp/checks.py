@@ -18,9 +18,14 @@ only when that is not enough.
 | jobsapp.E006 | a JOBSAPP number out of range |
 | jobsapp.E007 | QUEUES names no queue, or a queue entry that ``-q`` would refuse |
 | jobsapp.E008 | LOG_FORMAT is neither "text" nor "json" |
+| jobsapp.E010 | a bad PERIODIC entry or ``@periodic_job`` (the workers refuse to start) |
+| jobsapp.E011 | QUEUE_LIMITS is not {queue name: most jobs at once (>= 1)} |
 | jobsapp.E020 | TIMEOUT_HARD_LIMIT_SECONDS is neither None nor a positive number of seconds |
 | jobsapp.W001 | the dashboard is in the URLs but no login page exists for anonymous visitors |
-| jobsapp.E040-E044 | Sentinel, ENQUEUE_REPLICAS and SHARDS (``check_connection_settings``) |
+| jobsapp.E040-E042, E044 | Sentinel, ENQUEUE_REPLICAS and SHARDS (``check_connection_settings``; E043 is unused) |
+| jobsapp.E201-E204, W201 | the Django tasks backend's TASKS entry (``jobsapp.django_tasks.JobsBackend.check``) |
+
+tests/jobsapp/test_check_ids.py pins every id: an id is never renumbered or reused.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Sidekiq's Web UI and ``Sidekiq::ProcessSet`` / ``Sidekiq::Workers`` list our pro
 
 The TTL is what liveness means: a process that stops beating disappears after 60 s, and only
 then may its in-flight jobs be recovered. A beat that fails (Redis away) is logged and retried
-on the next tick; ``consecutive_beats`` lets the sweeper wait until every live process has had
+on the next tick (logged once per outage, backoff.py); ``consecutive_beats`` lets the sweeper wait until every live process has had
 a chance to beat again after an outage.
 """
 
@@ -28,7 +28,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import keys
-from .component import Component
+from .clock import SYSTEM_CLOCK, Clock
+from .component import PollingComponent
 from .connection import CONNECTION_ERRORS, REDIS_ERRORS, follow_sentinel_master
 from .processes import encode_durations
 
@@ -63,8 +64,11 @@ def thread_id(ident: int) -> str:
     return text or "0"
 
 
-class Heartbeat(Component):
+class Heartbeat(PollingComponent):
+    """Thread ``jobsapp.heartbeat``: a beat every ``interval_seconds``, the first one in ``start``."""
+
     thread_name = "heartbeat"
+    logger = logger
 
     def __init__(
         self,
@@ -77,8 +81,9 @@ class Heartbeat(Component):
         ttl_seconds: int,
         on_signal: Callable[[str], None],
         reliable: bool,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__()
+        super().__init__(clock=clock)
         self.client = client
         self.identity = identity
         self.info = info
@@ -89,28 +94,39 @@ class Heartbeat(Component):
         self.on_signal = on_signal
         self.reliable = reliable
         self.consecutive_beats = 0
-        self._failing = False
         self._last_beat_monotonic: float | None = None
 
     def ready_to_judge(self) -> bool:
         """May this process call others dead? Only after two beats in a row, the last one recent:
         then every live process has had time to beat too (used by the orphan sweeper)."""
         last = self._last_beat_monotonic
-        return self.consecutive_beats >= 2 and last is not None and time.monotonic() - last <= 2 * self.interval_seconds
+        return self.consecutive_beats >= 2 and last is not None and self.clock.monotonic() - last <= 2 * self.interval_seconds
 
     def start(self) -> None:
-        self.beat()
+        self.beat()  # the process is listed before it takes a job
         super().start()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_seconds):
-            try:
-                follow_sentinel_master()  # with Sentinel: leave a replaced master within a beat
-                self.beat()
-            except Exception:  # a bug must not stop the beat (the process would look dead)
-                logger.exception("heartbeat: unexpected error; beating again next interval")
+    def first_delay_seconds(self) -> float:
+        return self.interval_seconds
+
+    def retry_seconds(self, backoff_seconds: float) -> float:
+        return self.interval_seconds  # a failed beat is retried on the next tick
+
+    def poll(self) -> float:
+        follow_sentinel_master()  # with Sentinel: leave a replaced master within a beat
+        self._beat()
+        return self.interval_seconds
 
     def beat(self) -> None:
+        """One beat now (at start, when quieting, at shutdown); a failure is logged once per outage."""
+        try:
+            self._beat()
+        except REDIS_ERRORS as exc:  # this process keeps working; the next beat tries again
+            self.backoff.failed(exc)
+            return
+        self.backoff.succeeded()
+
+    def _beat(self) -> None:
         busy = self.manager.busy()
         rtt_started = time.perf_counter()
         try:
@@ -123,7 +139,7 @@ class Heartbeat(Component):
                 mapping={
                     "info": self.info_json,
                     "busy": len(busy),
-                    "beat": repr(time.time()),
+                    "beat": repr(self.clock.time()),
                     "quiet": "true" if self.manager.is_quiet else "false",
                     "rss": rss_kilobytes(),
                     "rtt_us": rtt_us,
@@ -156,16 +172,10 @@ class Heartbeat(Component):
                 pipe.expire(keys.job_durations(self.identity), self.ttl_seconds)
             pipe.rpop(keys.signals(self.identity))
             results = pipe.execute()
-        except REDIS_ERRORS as exc:
-            self.consecutive_beats = 0
-            if not self._failing:
-                logger.warning("heartbeat: Redis unavailable (%s); this process keeps working and retries", exc)
-            self._failing = True
-            return
-        if self._failing:
-            logger.info("heartbeat: Redis is back")
-            self._failing = False
-        beaten_at = time.monotonic()
+        except REDIS_ERRORS:
+            self.consecutive_beats = 0  # the sweeper waits for two beats in a row again
+            raise
+        beaten_at = self.clock.monotonic()
         if self._last_beat_monotonic is not None and beaten_at - self._last_beat_monotonic > 2 * self.interval_seconds:
             # Redis (or this process) stalled without an error (a frozen server, a long GC pause):
             # other processes' heartbeats may have expired meanwhile, so count again from here

@@ -49,6 +49,7 @@ import redis
 from . import connection, keys, shards
 from .aio import AsyncLane
 from .backoff import Backoff
+from .clock import SYSTEM_CLOCK, Clock
 from .component import Component
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, REDIS_ERRORS
@@ -226,7 +227,7 @@ class WorkerProcess:
         *,
         slot_number: int = 0,
         rng: random.Random | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.options = options
         self.clock = clock
@@ -254,7 +255,7 @@ class WorkerProcess:
             if name in ("TERM", "INT"):
                 # With -P, one Ctrl-C reaches a child twice (from the terminal and forwarded by the
                 # parent): only a stop signal a second or more after the first one hurries.
-                now = self.clock()
+                now = self.clock.monotonic()
                 if self._stop_requested_at is None:
                     self._stop_requested_at = now
                 elif now - self._stop_requested_at >= SECOND_SIGNAL_AFTER_SECONDS:
@@ -294,19 +295,21 @@ class WorkerProcess:
         """Claim this process's supervisor slot and recover a dead predecessor's in-flight list,
         waiting out Redis refusing writes (OOM at maxmemory, READONLY, MISCONF) or going away as
         an outage: one warning, capped backoff. True once done, False when stop was requested."""
-        backoff = Backoff()
+        backoff = Backoff(
+            f"start (claiming slot {self.slot_number})",
+            logger=logger,
+            clock=self.clock,
+            outage=f"Redis at {connection.describe()} refuses or does not answer",
+        )
         while not stop.is_set():
             try:
                 previous = claim_slot(client, hostname=self.hostname, slot_number=self.slot_number, identity=self.identity)
                 if previous:
                     recover_list(client, previous)
             except REDIS_ERRORS as exc:  # nothing was half-done: each recovery move is one atomic script
-                if backoff.failures == 0:
-                    logger.warning("start: Redis at %s refuses or does not answer (%s); waiting", connection.describe(), exc)
-                stop.wait(backoff.next_delay())
+                backoff.pause(exc, stop)
                 continue
-            if backoff.failures:
-                logger.info("start: Redis at %s accepts writes again", connection.describe())
+            backoff.succeeded()
             return True
         return False
 
@@ -375,7 +378,7 @@ class WorkerProcess:
         )
         info = {
             "hostname": self.hostname,
-            "started_at": time.time(),
+            "started_at": self.clock.time(),
             "pid": os.getpid(),
             "tag": options.tag,
             "concurrency": options.concurrency,
@@ -394,15 +397,18 @@ class WorkerProcess:
             ttl_seconds=int(jobs_settings.PROCESS_TTL_SECONDS),
             on_signal=self.on_signal,
             reliable=reliable,
+            clock=self.clock,
         )
-        scheduler = Scheduler(client=client, poll_interval_seconds=float(jobs_settings.SCHEDULER_POLL_INTERVAL_SECONDS), rng=self.rng)
+        scheduler = Scheduler(
+            client=client, poll_interval_seconds=float(jobs_settings.SCHEDULER_POLL_INTERVAL_SECONDS), rng=self.rng, clock=self.clock
+        )
         periodic_jobs = [  # ImproperlyConfigured stops the process before it takes jobs
             definition
             for definition in periodic_definitions()
             # with SHARDS, a tick is claimed (and pushed) only on the shard the job routes to
             if shards.route(definition.job_class.wire_name(), definition.queue) == shards.current()
         ]
-        periodic = PeriodicScheduler(client=client, jobs=periodic_jobs) if periodic_jobs else None
+        periodic = PeriodicScheduler(client=client, jobs=periodic_jobs, clock=self.clock) if periodic_jobs else None
         sweeper = (
             Sweeper(
                 client=client,
@@ -411,6 +417,7 @@ class WorkerProcess:
                 lock_seconds=60.0,
                 ready=heartbeat.ready_to_judge,
                 rng=self.rng,
+                clock=self.clock,
             )
             if reliable
             else None

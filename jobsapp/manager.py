@@ -229,7 +229,7 @@ class Manager:
     # --- threads ---------------------------------------------------------------------
 
     def _fetch_loop(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff("fetch", logger=logger)
         while not self._quiet.is_set():
             with self._lock:
                 while not self._quiet.is_set():
@@ -244,20 +244,13 @@ class Manager:
             try:
                 units = self.fetch.take(want, block_seconds=self.block_seconds)
             except REDIS_ERRORS as exc:  # away, or refusing (READONLY after a failover, OOM): wait it out
-                delay = backoff.next_delay()
-                if backoff.failures == 1:  # once per outage, not per retry
-                    logger.warning("fetch: Redis unavailable or refusing the fetch (%s); retrying with backoff", exc)
-                self._quiet.wait(delay)
+                backoff.pause(exc, self._quiet)
                 continue
-            except Exception:  # an engine bug: the fetcher must outlive it (jobs stay safe in their queues)
-                delay = backoff.next_delay()
-                if backoff.failures == 1:
-                    logger.exception("fetch: unexpected error; retrying with backoff")
-                self._quiet.wait(delay)
+            except Exception as exc:  # noqa: BLE001  # an engine bug: the fetcher must outlive it (jobs stay safe in their queues)
+                backoff.pause(exc, self._quiet, unexpected=True)
                 continue
-            if backoff.failures:
-                logger.info("fetch: Redis is back after %d failed attempts", backoff.failures)
-                backoff.reset()
+            if backoff.in_outage:
+                backoff.succeeded()
                 # a failed fetch may have run after all (its reply lost to a timeout): its jobs
                 # would sit in our in-flight list, run by no one, until this process restarts
                 units.extend(self.fetch.collect_pending())
@@ -390,7 +383,7 @@ class Manager:
             self._ack_ready.notify()
 
     def _ack_loop(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff("ack", logger=logger)
         # a batch whose reply was not seen (Redis may have applied it) is resent as it was, with
         # its token, so ack.lua can tell and the stats are not counted twice
         unsent: tuple[list[UnitOfWork], list[str], int, int, str] | None = None
@@ -420,15 +413,12 @@ class Manager:
                         "ack: Redis unavailable at shutdown (%s); %d finished jobs stay in flight and may run again", exc, len(units)
                     )
                     return
-                delay = backoff.next_delay()
-                if backoff.failures == 1:
-                    logger.warning("ack: Redis unavailable (%s); retrying with backoff", exc)
-                time.sleep(delay)
+                time.sleep(backoff.failed(exc))
                 continue
             unsent = None
             with self._ack_lock:
                 self._acking = []
-            backoff.reset()
+            backoff.succeeded()
             self.processed_total += processed
             self.failed_total += failed
 

@@ -208,7 +208,7 @@ def run_server_chain(job: Job, item: Item, queue: str, final: Callable[[], Any])
     A job pushed with ``retain`` is recorded by ``jobsapp.results`` around the whole chain (not a
     configurable middleware: removing it from a chain must not lose results silently)."""
     if "retain" in item:
-        from .results import recorder
+        from .result_writer import recorder
 
         return recorder.run(job, item, lambda: _run_chain(job, item, queue, final))
     return _run_chain(job, item, queue, final)
@@ -243,7 +243,7 @@ def notify(hook: str, *args: Any, **kwargs: Any) -> None:
 
 
 def _record_outcome(hook: str, job_class: Any, item: Item, exception: BaseException | None, **kwargs: Any) -> None:
-    from .results import recorder
+    from .result_writer import recorder
 
     try:
         if hook == "on_retry":
@@ -255,7 +255,7 @@ def _record_outcome(hook: str, job_class: Any, item: Item, exception: BaseExcept
 
 
 def _record_requeue(item: Item) -> None:
-    from .results import recorder
+    from .result_writer import recorder
 
     try:
         recorder.on_requeue(item)

@@ -39,8 +39,8 @@ from croniter import croniter
 from django.core.exceptions import ImproperlyConfigured
 
 from . import keys, registry, scripts
-from .backoff import Backoff
-from .component import Component
+from .clock import SYSTEM_CLOCK, Clock
+from .component import PollingComponent
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS
 from .cron import JID_HISTORY_SIZE, RUBY_TIME_FORMAT, next_tick, previous_tick, server_time
@@ -304,13 +304,17 @@ def record_outcome(client: redis.Redis, item: dict[str, Any], *, error: BaseExce
         logger.warning("periodic %s: could not record the outcome (%s)", name, exc)
 
 
-class PeriodicScheduler(Component):
-    """Claims the ticks of this installation's periodic jobs; see the module header."""
+class PeriodicScheduler(PollingComponent):
+    """Claims the ticks of this installation's periodic jobs; see the module header. A Redis
+    outage or refusal is logged once and retried with backoff (each claim is atomic)."""
 
     thread_name = "periodic"
+    logger = logger
 
-    def __init__(self, *, client: redis.Redis, jobs: list[Definition], poll_seconds: float = PERIODIC_POLL_SECONDS) -> None:
-        super().__init__()
+    def __init__(
+        self, *, client: redis.Redis, jobs: list[Definition], poll_seconds: float = PERIODIC_POLL_SECONDS, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        super().__init__(clock=clock)
         self.client = client
         self.jobs = jobs
         self.poll_seconds = poll_seconds
@@ -338,20 +342,6 @@ class PeriodicScheduler(Component):
             wait = min(wait, definition.next_tick(now) - now)
         return max(wait, 0.0)
 
-    def _run(self) -> None:
-        backoff = Backoff()
-        while not self._stop.is_set():
-            try:
-                wait = self.tick()
-            except CONNECTION_ERRORS as exc:
-                if backoff.failures == 0:
-                    logger.warning("periodic: Redis unavailable (%s); retrying with backoff", exc)
-                self._stop.wait(backoff.next_delay())
-                continue
-            except redis.ResponseError as exc:
-                logger.warning("periodic: Redis refused a claim (%s)", exc)
-                self._stop.wait(backoff.next_delay())
-                continue
-            backoff.reset()
-            # a little past the tick, so the server's clock has reached it when we ask
-            self._stop.wait(wait + 0.002)
+    def poll(self) -> float:
+        # a little past the tick, so the server's clock has reached it when we ask
+        return self.tick() + 0.002

@@ -39,7 +39,8 @@ from typing import TypeVar
 import redis
 
 from . import keys, scripts
-from .component import Component
+from .clock import SYSTEM_CLOCK, Clock
+from .component import PollingComponent
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, REDIS_ERRORS, as_bytes, as_text
 from .errors import JobsError, RedisUnavailable
@@ -52,7 +53,7 @@ from .retry import dead_trim_args, with_error_fields
 logger = logging.getLogger("jobsapp.recovery")
 
 #: Redis going away mid-sweep (raw, or as the api's documented error).
-SWEEP_ERRORS: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, RedisUnavailable)
+SWEEP_ERRORS: tuple[type[BaseException], ...] = (*REDIS_ERRORS, RedisUnavailable)
 
 T = TypeVar("T")
 
@@ -212,10 +213,14 @@ def claim_slot(client: redis.Redis, *, hostname: str, slot_number: int, identity
     return previous_identity
 
 
-class Sweeper(Component):
-    """Thread ``jobsapp.sweeper``: periodic, locked recovery of dead processes' in-flight lists."""
+class Sweeper(PollingComponent):
+    """Thread ``jobsapp.sweeper``: periodic, locked recovery of dead processes' in-flight lists.
+    A round Redis fails is logged once per outage; the next round comes at the usual interval
+    (each move is atomic, nothing is half-moved)."""
 
     thread_name = "sweeper"
+    logger = logger
+    outage_errors = SWEEP_ERRORS
 
     def __init__(
         self,
@@ -226,8 +231,9 @@ class Sweeper(Component):
         lock_seconds: float,
         ready: Callable[[], bool],
         rng: random.Random | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__()
+        super().__init__(clock=clock)
         self.client = client
         self.identity = identity
         self.interval_seconds = interval_seconds
@@ -235,16 +241,18 @@ class Sweeper(Component):
         self.ready = ready
         self.rng = rng or random.Random()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_seconds * self.rng.uniform(0.5, 1.5)):
-            try:
-                self.sweep()
-            except SWEEP_ERRORS as exc:  # next round; each move is atomic, nothing was half-moved
-                logger.warning("sweeper: Redis unavailable (%s)", exc)
-            except redis.ResponseError as exc:
-                logger.warning("sweeper: Redis refused (%s)", exc)
-            except Exception:  # a bug or a hostile entry: the sweeper lives on to the next round
-                logger.exception("sweeper: unexpected error; sweeping again next round")
+    def _next_round_seconds(self) -> float:
+        return self.interval_seconds * self.rng.uniform(0.5, 1.5)
+
+    def first_delay_seconds(self) -> float:
+        return self._next_round_seconds()
+
+    def retry_seconds(self, backoff_seconds: float) -> float:
+        return self._next_round_seconds()
+
+    def poll(self) -> float:
+        self.sweep()
+        return self._next_round_seconds()
 
     def sweep(self) -> int:
         """Recover the lists of every process whose heartbeat has expired; returns jobs moved."""

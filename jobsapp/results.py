@@ -21,7 +21,7 @@ Who writes, in which thread, and in how many round trips:
   by its expiry time, which the dashboard's Completed page and ``jobs results`` read; expired
   members are trimmed by every finish.
 
-A record that cannot be written (Redis gone) is logged and skipped: results never change where a
+A record that cannot be written (Redis gone) is skipped, logged once per outage: results never change where a
 job goes, and the job itself is acknowledged, retried or buried as it would be without them.
 A return value that is not JSON-native or is too large is not stored: the job still succeeded,
 and the record says why in ``value_error``.
@@ -35,21 +35,19 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import keys, scripts
+from . import keys
 from .conf import jobs_settings
-from .connection import REDIS_ERRORS, get_redis
+from .connection import get_redis
 from .payload import JSON_ENCODER, Item, check_json_native, now, parse_json
 
 if TYPE_CHECKING:
     import redis
 
-    from .job import Job
 
 logger = logging.getLogger("jobsapp.results")
 
@@ -103,7 +101,7 @@ def worker_name() -> str:
     return _worker_name[1]
 
 
-def _identity_fields(item: Item) -> Fields:
+def identity_record_fields(item: Item) -> Fields:
     fields = {
         "jid": str(item.get("jid", "")),
         "class": str(item.get("class", "")),
@@ -125,7 +123,7 @@ def _identity_fields(item: Item) -> Fields:
 
 def pushed_fields(item: Item, *, scheduled_at: float | None) -> Fields:
     """The first record of a job about to be pushed (validated ``retain`` already)."""
-    fields = _identity_fields(item)
+    fields = identity_record_fields(item)
     if scheduled_at is None:
         fields["status"] = QUEUED
     else:
@@ -145,7 +143,7 @@ def add_pushed(pipe: redis.client.Pipeline, jid: str, fields: Fields, *, retain:
 # --- the consuming side ------------------------------------------------------------------
 
 
-def _error_fields(exception: BaseException | None) -> dict[str, str]:
+def error_record_fields(exception: BaseException | None) -> dict[str, str]:
     """The last error's fields. An exception that carries ``reported_exception`` (Celery's
     ``Retry``, which wraps the error that caused it) is recorded as that one."""
     reported = getattr(exception, "reported_exception", None)
@@ -164,7 +162,7 @@ def _error_fields(exception: BaseException | None) -> dict[str, str]:
     }
 
 
-def _value_fields(value: Any) -> dict[str, str]:
+def value_record_fields(value: Any) -> dict[str, str]:
     try:
         check_json_native(value, "the return value")
     except (TypeError, ValueError) as exc:  # the job succeeded; only its value is not kept
@@ -174,153 +172,6 @@ def _value_fields(value: Any) -> dict[str, str]:
     if limit and len(encoded.encode("utf-8")) > limit:
         return {"value_error": f"the return value is over the {limit}-byte limit (JOBSAPP['RESULT_MAX_BYTES']); it was not kept"}
     return {"value": encoded}
-
-
-@dataclass(slots=True)
-class _Write:
-    """One record change: the commands ``_add`` queues on a pipeline."""
-
-    jid: str
-    fields: Fields
-    ttl_seconds: float
-    attempt: bool
-    finished: bool
-    shard: str
-    done: threading.Event | None = None
-
-
-def _changes(writes: list[_Write]) -> list[tuple[str, float, str, dict[str, str]]]:
-    """The ``scripts.result_write`` changes of ``writes``, in order."""
-    return [
-        (write.jid, float(write.ttl_seconds), "start" if write.attempt else "finish" if write.finished else "update", write.fields)
-        for write in writes
-    ]
-
-
-class Writer:
-    """Thread ``jobsapp.results-writer``, one per process (started on first use, again after a
-    fork): it writes the processor threads' record changes in batches, one ``result_write.lua``
-    call per shard and batch, in the order they were submitted (group commit: the busier the process, the bigger
-    the batches, so a retained job costs a fraction of a round trip).
-
-    A start (``running``) does not wait. A final change (succeeded, retrying, failed) waits until
-    its batch is written, at most ``WAIT_SECONDS``, before the processor thread goes on: the engine
-    acknowledges a job after its thread returns, so an acknowledged job has its final record. A
-    batch Redis refuses is logged and dropped (the jobs go on as without results)."""
-
-    WAIT_SECONDS = 30.0
-
-    def __init__(self, connection: Callable[[str], redis.Redis]) -> None:
-        self.connection = connection
-        self._condition = threading.Condition()
-        self._pending: list[_Write] = []
-        self._pid: int | None = None
-
-    def submit(self, write: _Write, *, wait: bool) -> None:
-        if wait:
-            write.done = threading.Event()
-        with self._condition:
-            if self._pid != os.getpid():  # first use in this process (or a forked child): own thread
-                self._pid = os.getpid()
-                self._pending = []
-                threading.Thread(target=self._run, name="jobsapp.results-writer", daemon=True).start()
-            self._pending.append(write)
-            self._condition.notify()
-        if write.done is not None and not write.done.wait(self.WAIT_SECONDS):
-            logger.warning("jid=%s result record not confirmed within %g s; the job goes on", write.jid, self.WAIT_SECONDS)
-
-    def _run(self) -> None:
-        while True:
-            with self._condition:
-                while not self._pending:
-                    self._condition.wait()
-                batch, self._pending = self._pending, []
-            self.apply(batch)
-
-    def apply(self, batch: list[_Write]) -> None:
-        """Write ``batch`` (one MULTI/EXEC per shard) and release its waiters, whatever happens."""
-        try:
-            by_shard: dict[str, list[_Write]] = {}
-            for write in batch:
-                by_shard.setdefault(write.shard, []).append(write)
-            for shard, writes in by_shard.items():
-                try:
-                    scripts.result_write(self.connection(shard), now=now(), changes=_changes(writes))
-                except REDIS_ERRORS as exc:  # the jobs go on (or are filed) as without results; only their records are missing
-                    logger.warning("%d result record change(s) not written: %s", len(writes), exc)
-        finally:
-            for write in batch:
-                if write.done is not None:
-                    write.done.set()
-
-
-class Recorder:
-    """Writes a retained job's record around each attempt. One shared instance, no per-job state."""
-
-    def __init__(self, connection: Callable[[str], redis.Redis] = get_redis, clock: Callable[[], float] = now) -> None:
-        self.connection = connection
-        self.clock = clock
-        self.writer = Writer(connection)
-
-    def _write(
-        self, jid: str, fields: Fields, *, ttl_seconds: float, attempt: bool = False, finished: bool = False, wait: bool | None = None
-    ) -> None:
-        """Hand a change to the writer thread; wait until it is written (``wait``, by default for
-        anything but a start)."""
-        from . import shards
-
-        write = _Write(jid, fields, ttl_seconds, attempt, finished, shards.current())
-        self.writer.submit(write, wait=not attempt if wait is None else wait)
-
-    def run(self, job: Job, item: Item, final: Callable[[], Any]) -> Any:
-        """Record the start of an attempt, run it, record its value when it returns."""
-        retain = safe_retain_seconds(item)
-        if retain is None:
-            return final()
-        jid = str(item.get("jid", ""))
-        started = self.clock()
-        worker = worker_name()
-        fields = {**_identity_fields(item), "status": RUNNING, "last_attempted_at": repr(started), "worker": worker}
-        fields[f"worker.{attempt_number(item)}"] = worker
-        self._write(jid, fields, ttl_seconds=retain, attempt=True)
-        value = final()
-        finished = {"status": SUCCEEDED, "finished_at": repr(self.clock()), **_value_fields(value)}
-        self._write(jid, finished, ttl_seconds=retain, finished=True)
-        return value
-
-    def on_retry(self, item: Item, exception: BaseException, *, retry_count: int, run_at: float) -> None:
-        retain = safe_retain_seconds(item)
-        if retain is None:
-            return
-        fields = {"status": RETRYING, "next_attempt_at": repr(run_at), "retry_count": str(retry_count), **_error_fields(exception)}
-        waiting_seconds = max(0.0, run_at - self.clock())
-        self._write(str(item.get("jid", "")), fields, ttl_seconds=waiting_seconds + retain)
-
-    def on_requeue(self, item: Item) -> None:
-        """The job went back to its queue unfinished (shutdown, a dead process's recovery): queued again."""
-        retain = safe_retain_seconds(item)
-        if retain is None or "jid" not in item:
-            return
-        self._write(str(item["jid"]), {"status": QUEUED}, ttl_seconds=retain, wait=True)
-
-    def on_dead(self, item: Item, exception: BaseException | None, *, reason: str) -> None:
-        retain = safe_retain_seconds(item)
-        if retain is None:
-            return
-        fields = {"status": FAILED, "finished_at": repr(self.clock()), "reason": reason, **_error_fields(exception)}
-        if "class" not in item or "jid" not in item:
-            return
-        self._write(str(item["jid"]), {**_identity_fields(item), **fields}, ttl_seconds=retain, finished=True)
-
-
-recorder = Recorder()
-
-
-def write_outcome(jid: str, fields: Fields, *, retain_seconds: float) -> None:
-    """Record a final outcome decided outside a run (a revoked task, a chain step that will never
-    run): ``status`` and error fields, indexed with the finished jobs. Logged, never raised, on a
-    Redis error."""
-    recorder._write(jid, {"jid": jid, "finished_at": repr(now()), **fields}, ttl_seconds=retain_seconds, finished=True, wait=True)
 
 
 def attempt_number(item: Item) -> int:

@@ -32,10 +32,10 @@ from typing import cast
 import redis
 
 from . import faults, keys, scripts
-from .backoff import Backoff
-from .component import Component
+from .clock import SYSTEM_CLOCK, Clock
+from .component import PollingComponent
 from .conf import jobs_settings
-from .connection import CONNECTION_ERRORS, as_bytes
+from .connection import as_bytes
 from .payload import decode, encode_unchecked
 
 logger = logging.getLogger("jobsapp.scheduler")
@@ -81,11 +81,17 @@ def budget_chunks(moves: list[tuple[bytes, str, bytes]], budget_bytes: int) -> l
     return chunks
 
 
-class Scheduler(Component):
-    thread_name = "scheduler"
+class Scheduler(PollingComponent):
+    """Thread ``jobsapp.scheduler``; see the module header. A Redis outage or refusal is logged
+    once and retried with backoff (each move is atomic: nothing is half-moved)."""
 
-    def __init__(self, *, client: redis.Redis, poll_interval_seconds: float, rng: random.Random | None = None) -> None:
-        super().__init__()
+    thread_name = "scheduler"
+    logger = logger
+
+    def __init__(
+        self, *, client: redis.Redis, poll_interval_seconds: float, rng: random.Random | None = None, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        super().__init__(clock=clock)
         self.client = client
         self.poll_interval_seconds = poll_interval_seconds
         self.rng = rng or random.Random()
@@ -144,27 +150,10 @@ class Scheduler(Component):
                     break
         return moved, wait
 
-    def _run(self) -> None:
-        backoff = Backoff()
-        while not self._stop.is_set():
-            try:
-                moved, wait = self.enqueue_due()
-            except CONNECTION_ERRORS as exc:
-                if backoff.failures == 0:
-                    logger.warning("scheduler: Redis unavailable (%s); retrying with backoff", exc)
-                self._stop.wait(backoff.next_delay())
-                continue
-            except redis.ResponseError as exc:
-                logger.warning("scheduler: Redis refused the move (%s)", exc)
-                self._stop.wait(backoff.next_delay())
-                continue
-            except Exception:  # a bug or a hostile entry: the thread lives on; each move is atomic
-                logger.exception("scheduler: unexpected error; retrying with backoff")
-                self._stop.wait(backoff.next_delay())
-                continue
-            backoff.reset()
-            if moved:
-                logger.debug("scheduler: enqueued %d due jobs", moved)
-            poll = self.poll_interval_seconds * self.rng.uniform(0.75, 1.25)
-            sleep = poll if wait is None else max(0.0, min(wait + 0.0005, poll))
-            self._stop.wait(sleep)
+    def poll(self) -> float:
+        """Move what is due; the seconds until the next poll (sooner when a job is due sooner)."""
+        moved, wait = self.enqueue_due()
+        if moved:
+            logger.debug("scheduler: enqueued %d due jobs", moved)
+        poll = self.poll_interval_seconds * self.rng.uniform(0.75, 1.25)
+        return poll if wait is None else max(0.0, min(wait + 0.0005, poll))

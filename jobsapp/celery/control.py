@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import api, results
+from .. import api, result_writer, results
 from .exceptions import TaskRevokedError
 from .options import warn_unsupported
 
@@ -22,7 +22,7 @@ def mark_revoked(task_id: str, *, message: str = "revoked") -> None:
     """Record the task as revoked (REVOKED in ``AsyncResult.state``)."""
     record = results.get(task_id)
     retain = record.retain_seconds if record is not None and record.retain_seconds else DEFAULT_RETAIN_SECONDS
-    results.write_outcome(
+    result_writer.write_outcome(
         task_id,
         {"status": results.FAILED, "reason": "revoked", "error_class": REVOKED_ERROR_CLASS, "error_message": message},
         retain_seconds=retain,

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
-from .. import aio, keys, results, timeouts
+from .. import aio, keys, result_writer, results, timeouts
 from ..connection import get_redis
 from ..functions import FunctionJob, dotted_path, job_class_for
 from ..payload import JSON_ENCODER, Item, now
@@ -440,7 +440,7 @@ class Task(Generic[Params, Returned]):
         for step in chain if isinstance(chain, list) else []:
             step_id = step.get("options", {}).get("task_id") if isinstance(step, dict) else None
             if step_id:
-                results.write_outcome(
+                result_writer.write_outcome(
                     step_id,
                     {"status": results.FAILED, "reason": "dependency_failed", "error_class": error_class, "error_message": message},
                     retain_seconds=RESULT_EXPIRES_SECONDS,
@@ -449,7 +449,7 @@ class Task(Generic[Params, Returned]):
         if isinstance(chord, dict):
             body_id = chord.get("body", {}).get("options", {}).get("task_id")
             if body_id:
-                results.write_outcome(
+                result_writer.write_outcome(
                     body_id,
                     {
                         "status": results.FAILED,

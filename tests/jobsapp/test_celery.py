@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jobsapp import registry, results
+from jobsapp import registry, result_writer, results
 from jobsapp.celery import AsyncResult, Celery, TimeoutError, chain, chord, group, revoke
 from tests.testapp.tasks import celery_add, celery_always_fails, celery_collect, celery_fails_once_no_retry, celery_flaky
 from tests.workers import WorkerProcess
@@ -163,5 +163,5 @@ def test_a_retrying_task_reports_the_error_that_caused_the_retry(redis):
 
     result = celery_add.apply_async((1, 1))
     item = json.loads(redis.lpop("queue:default"))
-    results.recorder.on_retry(item, Retry(exc=ConnectionError("down"), countdown=5), retry_count=0, run_at=time.time() + 5)
+    result_writer.recorder.on_retry(item, Retry(exc=ConnectionError("down"), countdown=5), retry_count=0, run_at=time.time() + 5)
     assert result.state == "RETRY" and isinstance(result.result, ConnectionError) and str(result.result) == "down"

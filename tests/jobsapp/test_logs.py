@@ -16,6 +16,7 @@ import pytest
 from jobsapp import logs
 from jobsapp.launcher import SECOND_SIGNAL_AFTER_SECONDS, WorkerOptions
 from jobsapp.launcher import WorkerProcess as Launched
+from tests.manual_clock import ManualClock
 from tests.testapp.jobs import Record, Sleep
 from tests.workers import WorkerProcess, wait_until
 
@@ -120,15 +121,15 @@ def test_worker_logs_jobs_and_lifecycle_and_a_second_term_hurries_the_shutdown(r
 def test_one_ctrl_c_delivered_twice_does_not_hurry_but_a_second_one_does():
     # Given a worker process and a clock we move (with -P, one Ctrl-C reaches a child from the
     # terminal and again from the parent that forwards it)
-    now = [100.0]
-    process = Launched(WorkerOptions(), clock=lambda: now[0])
+    clock = ManualClock()
+    process = Launched(WorkerOptions(), clock=clock)
     # When the same Ctrl-C arrives twice at once, Then the worker stops without hurrying
     process.on_signal("INT")
     process.on_signal("INT")
     process._handle_pending_signals()
     assert process.stop_requested.is_set() and not process.hurry_requested.is_set()
     # When the user presses Ctrl-C again a moment later, Then it hurries
-    now[0] += SECOND_SIGNAL_AFTER_SECONDS
+    clock.advance(SECOND_SIGNAL_AFTER_SECONDS)
     process.on_signal("TERM")
     process._handle_pending_signals()
     assert process.hurry_requested.is_set()

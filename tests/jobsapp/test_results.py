@@ -9,7 +9,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from jobsapp import results, testing
+from jobsapp import result_writer, results, testing
 from tests.testapp.jobs import Noop, Record
 from tests.testapp.tasks import Add, FailTwice, ReturnsObject
 from tests.workers import WorkerProcess, wait_until
@@ -132,7 +132,7 @@ def test_a_requeued_job_is_queued_again(redis):
     # Given a retained job whose record says it is not waiting in its queue any more
     jid = Add.perform_async(1, 1)
     item = json.loads(redis.lpop("queue:default"))
-    results.recorder.on_retry(item, ValueError("x"), retry_count=0, run_at=0)
+    result_writer.recorder.on_retry(item, ValueError("x"), retry_count=0, run_at=0)
     assert results.get(jid).status == "retrying"
     # When the engine puts it back at the front of its queue (shutdown, recovery)
     middleware.notify("on_requeue", item, reason="shutdown")

@@ -1,0 +1,104 @@
+"""The heartbeat in-process, on a manual clock: no test waits for the 5 s interval it tests."""
+
+from __future__ import annotations
+
+import logging
+
+from jobsapp import keys
+from jobsapp.connection import get_redis
+from jobsapp.heartbeat import Heartbeat
+from jobsapp.launcher import Components, WorkerOptions, WorkerProcess
+from tests.manual_clock import ManualClock
+from tests.redis_down import unreachable_redis
+
+
+def built(clock: ManualClock) -> tuple[WorkerProcess, Components]:
+    """A worker process's components, built by the launcher's own build step, none started."""
+    process = WorkerProcess(WorkerOptions(concurrency=2), clock=clock)
+    return process, process.build(get_redis())
+
+
+def test_the_first_beat_is_at_start_then_one_per_interval_and_two_make_a_judge(redis):
+    # Given a heartbeat on a manual clock
+    clock = ManualClock()
+    process, components = built(clock)
+    heartbeat = components.heartbeat
+    interval = heartbeat.interval_seconds
+    # When it starts
+    heartbeat.start()
+    try:
+        # Then the process is listed at once, beating the clock's time, and the thread waits one interval
+        assert redis.sismember(keys.PROCESSES, process.identity)
+        assert float(redis.hget(keys.process(process.identity), "beat")) == clock.time()
+        clock.settle(1)
+        assert clock.waits == [interval]
+        assert heartbeat.consecutive_beats == 1 and not heartbeat.ready_to_judge()
+        # When one interval passes
+        clock.advance_and_settle(interval)
+        # Then it beat again, and may now call other processes dead
+        assert float(redis.hget(keys.process(process.identity), "beat")) == clock.time()
+        assert heartbeat.consecutive_beats == 2 and heartbeat.ready_to_judge()
+    finally:
+        heartbeat.stop()
+    # When no beat comes for more than two intervals (a stalled process or Redis)
+    clock.advance(2 * interval + 1)
+    # Then it may not judge, and the next beat starts counting again
+    assert not heartbeat.ready_to_judge()
+    heartbeat.beat()
+    assert heartbeat.consecutive_beats == 1 and not heartbeat.ready_to_judge()
+
+
+def test_a_signal_pushed_by_a_dashboard_arrives_with_the_next_beat(redis):
+    # Given a started heartbeat
+    clock = ManualClock()
+    process, components = built(clock)
+    components.heartbeat.start()
+    try:
+        clock.settle(1)
+        # When a UI pushes TSTP to the process's signals list and an interval passes
+        redis.lpush(keys.signals(process.identity), "TSTP")
+        clock.advance_and_settle(components.heartbeat.interval_seconds)
+        # Then the process is asked to quiet, and the signal is taken off the list
+        process._handle_pending_signals()
+        assert process.quiet_requested.is_set()
+        assert redis.llen(keys.signals(process.identity)) == 0
+    finally:
+        components.heartbeat.stop()
+
+
+def test_an_outage_is_logged_once_and_its_end_once_with_the_failed_beats(redis, caplog):
+    # Given a heartbeat whose Redis does not answer
+    caplog.set_level(logging.INFO, logger="jobsapp.heartbeat")
+    clock = ManualClock()
+    process, components = built(clock)
+    heartbeat = Heartbeat(
+        client=unreachable_redis(),
+        identity=process.identity,
+        info={"concurrency": 2},
+        manager=components.manager,
+        interval_seconds=5.0,
+        ttl_seconds=60,
+        on_signal=process.on_signal,
+        reliable=True,
+        clock=clock,
+    )
+    # When it starts and two more intervals pass
+    heartbeat.start()
+    try:
+        clock.settle(1)
+        clock.advance_and_settle(5.0)
+        clock.advance_and_settle(5.0)
+        # Then it kept its interval (no faster retries), counts no beat, and warned once
+        assert clock.waits == [5.0, 5.0, 5.0]
+        assert heartbeat.consecutive_beats == 0
+        warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+        assert len(warnings) == 1 and warnings[0].startswith("heartbeat: Redis unavailable"), warnings
+        # When Redis answers again
+        heartbeat.client = get_redis()
+        clock.advance_and_settle(5.0)
+    finally:
+        heartbeat.stop()
+    # Then one line says it is back after the three failed beats
+    back = [record.getMessage() for record in caplog.records if "is back" in record.getMessage()]
+    assert back == ["heartbeat: Redis is back after 3 failed attempts"]
+    assert redis.sismember(keys.PROCESSES, process.identity)

@@ -1,0 +1,100 @@
+"""The orphan sweeper in-process, on a manual clock: its ~15 s rounds pass in milliseconds."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+
+from jobsapp import keys
+from jobsapp.connection import get_redis
+from jobsapp.payload import RECOVERED_KEY
+from jobsapp.recovery import Sweeper
+from tests.manual_clock import ManualClock
+from tests.redis_down import unreachable_redis
+from tests.testapp.jobs import Noop
+
+DEAD = "deadhost:1:aaaaaaaaaaaa"
+LIVE = "livehost:2:bbbbbbbbbbbb"
+SELF = "thishost:3:cccccccccccc"
+
+
+def job(number: int) -> str:
+    return json.dumps({"class": Noop.wire_name(), "args": [number], "queue": "default", "jid": f"{number:024x}"})
+
+
+def sweeper_on(clock: ManualClock, *, client=None, ready=lambda: True) -> Sweeper:
+    return Sweeper(
+        client=client or get_redis(),
+        identity=SELF,
+        interval_seconds=15.0,
+        lock_seconds=60.0,
+        ready=ready,
+        rng=random.Random(7),
+        clock=clock,
+    )
+
+
+def test_a_round_puts_back_the_jobs_of_a_process_whose_heartbeat_expired_and_only_those(redis):
+    # Given a dead process's in-flight list (no heartbeat key) and a live one's
+    redis.lpush(keys.inflight(DEAD), job(1), job(2))
+    redis.lpush(keys.inflight(LIVE), job(3))
+    redis.sadd(keys.INFLIGHT_INDEX, DEAD, LIVE)
+    redis.hset(keys.process(LIVE), "beat", "1")
+    clock = ManualClock()
+    sweeper = sweeper_on(clock)
+    sweeper.start()
+    try:
+        # When it has started, Then it waits a jittered interval before its first round
+        clock.settle(1)
+        (first,) = clock.waits
+        assert 7.5 <= first <= 22.5
+        assert redis.llen(keys.inflight(DEAD)) == 2
+        # When that interval passes
+        clock.advance_and_settle(first)
+        # Then the dead process's jobs are back on their queue, marked as recovered
+        assert redis.llen(keys.inflight(DEAD)) == 0
+        requeued = [json.loads(raw) for raw in redis.lrange(keys.queue("default"), 0, -1)]
+        assert sorted(item["args"][0] for item in requeued) == [1, 2]
+        assert all(item[RECOVERED_KEY] == 1 for item in requeued)
+        # And the live process's job is untouched, and the next round is again a jittered interval
+        assert redis.llen(keys.inflight(LIVE)) == 1
+        assert 7.5 <= clock.waits[-1] <= 22.5
+    finally:
+        sweeper.stop()
+
+
+def test_a_sweeper_whose_own_heartbeat_is_not_steady_judges_no_one(redis):
+    # Given a dead process's list, and a sweeper whose process has not beaten twice in a row
+    redis.lpush(keys.inflight(DEAD), job(1))
+    redis.sadd(keys.INFLIGHT_INDEX, DEAD)
+    clock = ManualClock()
+    sweeper = sweeper_on(clock, ready=lambda: False)
+    sweeper.start()
+    try:
+        clock.settle(1)
+        # When a round passes, Then nothing moved
+        clock.advance_and_settle(clock.waits[0])
+        assert redis.llen(keys.inflight(DEAD)) == 1
+    finally:
+        sweeper.stop()
+
+
+def test_an_outage_is_logged_once_and_rounds_keep_their_interval(caplog):
+    # Given a sweeper whose Redis does not answer
+    caplog.set_level(logging.INFO, logger="jobsapp.recovery")
+    clock = ManualClock()
+    sweeper = sweeper_on(clock, client=unreachable_redis())
+    sweeper.start()
+    try:
+        clock.settle(1)
+        # When three rounds pass
+        for _ in range(3):
+            clock.advance_and_settle(clock.waits[-1])
+        # Then one warning for the whole outage, and each next round still a jittered interval
+        warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+        assert len(warnings) == 1 and warnings[0].startswith("sweeper: Redis unavailable"), warnings
+        assert all(7.5 <= seconds <= 22.5 for seconds in clock.waits)
+        assert sweeper.backoff.failures == 3
+    finally:
+        sweeper.stop()
