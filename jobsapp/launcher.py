@@ -266,6 +266,7 @@ class WorkerProcess:
             elif name == "TTIN":
                 dump_threads()
             elif name == HARD_LIMIT_SIGNAL:  # jobsapp.timeouts: a job is stuck in a blocking call; stop now
+                logger.error("a job outlived TIMEOUT_HARD_LIMIT_SECONDS: stopping now, running jobs go back to their queues")
                 self.exit_code = EXIT_HARD_LIMIT
                 self.hurry_requested.set()
                 self.stop_requested.set()

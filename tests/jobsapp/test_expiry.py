@@ -85,6 +85,7 @@ class Witness(ServerMiddleware):
         Witness.seen.append(("on_dead", exception, reason))
 
 
+@pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
 def test_an_expired_job_is_never_run_but_acked_counted_logged_and_told(redis, settings, caplog):
     # Given server middleware, and a unique job whose expires_at (as Pro writes it) has passed
     settings.JOBSAPP = {**settings.JOBSAPP, "SERVER_MIDDLEWARE": [f"{__name__}.Witness"]}
@@ -110,6 +111,7 @@ def test_an_expired_job_is_never_run_but_acked_counted_logged_and_told(redis, se
     assert not redis.keys("jobsapp:unique:*")
 
 
+@pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
 def test_a_job_within_its_expiry_runs_and_a_garbled_expiry_never_drops_a_job(redis):
     # Given a job with time left, and one whose expires_at another client garbled
     Record.set(expires_in=60).perform_async("fresh")

@@ -58,6 +58,14 @@ def test_timeout_seconds_reads_the_payload():
 INFLIGHT = "jobsapp:inflight:timeouts-test"
 
 
+@pytest.fixture
+def watchdog():
+    """A watchdog of this test's own, its thread stopped afterwards."""
+    instance = Watchdog()
+    yield instance
+    instance.stop()
+
+
 def take(redis, queue: str = "default") -> UnitOfWork:
     """Move the next job of ``queue`` in flight, as a fetcher would."""
     return UnitOfWork(redis.lmove(f"queue:{queue}", INFLIGHT, "RIGHT", "LEFT"), queue)
@@ -67,10 +75,11 @@ def retried(redis) -> list[dict]:
     return [json.loads(member) for member in redis.zrange("retry", 0, -1)]
 
 
-def test_a_sync_job_looping_past_its_timeout_lands_in_the_retry_set_with_job_timeout(redis):
+@pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
+def test_a_sync_job_looping_past_its_timeout_lands_in_the_retry_set_with_job_timeout(redis, watchdog):
     # Given a job that would spin in Python for 30 s, with a 0.3 s timeout
     jid = Spin.set(timeout=0.3).perform_async(30, "spun")
-    processor = Processor(RetryPolicy(get_redis(), INFLIGHT), watchdog=Watchdog())
+    processor = Processor(RetryPolicy(get_redis(), INFLIGHT), watchdog=watchdog)
     # When a processor runs it
     started = time.monotonic()
     result = processor.process(take(redis))
@@ -85,9 +94,9 @@ def test_a_sync_job_looping_past_its_timeout_lands_in_the_retry_set_with_job_tim
     assert redis.llen(INFLIGHT) == 0
 
 
-def test_a_job_within_its_timeout_is_untouched_and_its_thread_stays_usable(redis):
+@pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
+def test_a_job_within_its_timeout_is_untouched_and_its_thread_stays_usable(redis, watchdog):
     # Given a job well within its timeout, then one without a timeout, in the same thread
-    watchdog = Watchdog()
     processor = Processor(RetryPolicy(get_redis(), INFLIGHT), watchdog=watchdog)
     Spin.set(timeout=5).perform_async(0.05, "quick")
     Spin.perform_async(0.3, "untimed")
@@ -100,11 +109,11 @@ def test_a_job_within_its_timeout_is_untouched_and_its_thread_stays_usable(redis
     assert watchdog.fired_total == 0 and watchdog.running() == {}
 
 
-def test_a_timeout_firing_as_perform_returns_never_lands_in_the_engine(redis):
+@pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
+def test_a_timeout_firing_as_perform_returns_never_lands_in_the_engine(redis, watchdog):
     # Given many jobs whose timeout is about as long as they run (the watchdog races their end),
     # and jobs ending in a blocking C call that outlives the timeout (the exception is pending
     # when perform returns)
-    watchdog = Watchdog()
     processor = Processor(RetryPolicy(get_redis(), INFLIGHT), watchdog=watchdog)
     for index in range(60):
         Spin.set(timeout=0.004 + (index % 5) * 0.001).perform_async(0.005, f"spin-{index}")
