@@ -26,10 +26,13 @@ of the process: wrap it in ``sync_to_async`` / ``asyncio.to_thread``.
 What becomes of an async job is what becomes of a sync one: middleware, retries, the busy set
 (each running job under its own pseudo thread id in ``<identity>:work``), tracking and reliable
 fetch (acknowledged in the ack batch after it finished) are the manager's and the processor's.
-At shutdown the manager waits until the deadline, puts the jobs still running back at the front
-of their queues (``requeue.lua``), then cancels their coroutines (``CancelledError`` in the job,
-its ``finally`` blocks run on the loop); the thread of a cancelled job parks until the process
-exits, like a sync job's thread stuck at the deadline, so nothing files it in retry as well.
+At shutdown the manager waits until the deadline, then cancels the coroutines of the jobs still
+running (``CancelledError`` in the job; the loop gets ``CANCEL_GRACE_SECONDS`` for their
+``finally`` blocks) and puts those jobs back at the front of their queues (``requeue.lua``). The
+thread of a cancelled job parks until the process exits, like a sync job's thread stuck at the
+deadline, so nothing files it in retry as well. (A job that swallows its ``CancelledError`` and
+returns is acknowledged as done, and the requeue skips it; one that turns it into another
+exception is filed as that failure, and the requeue skips it: never both.)
 A job's ``timeout`` option cancels its coroutine and fails it with ``JobTimeout``.
 
 Outside a worker (``jobsapp.testing``'s inline mode, a plain call) ``run`` uses a new loop in the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 
 import pytest
@@ -134,6 +135,25 @@ def test_async_concurrency_caps_the_jobs_awaiting_at_once(redis_server, redis):
         assert worker.info()["async_concurrency"] == 2
     # Then they ran 2 at a time: three rounds of 1 s
     assert 2.8 <= seconds < 6, f"6 async jobs of 1 s, 2 at once, took {seconds:.1f} s"
+
+
+@slow
+def test_a_full_lane_holds_no_more_than_its_threads_and_quiet_puts_the_waiting_job_back(redis_server, redis):
+    # Given a process with one thread and an async lane of one, and three long async jobs
+    AsyncNap.perform_bulk([[30.0, str(index)] for index in range(3)])
+    worker = WorkerProcess(["-c", "1", "--async-concurrency", "1", "-t", "0"], redis_url=redis_server.url, env=FAST_BEAT).start()
+    # Then one runs, one waits in the thread for a slot, and the third stays in Redis's queue
+    wait_until(lambda: redis.llen("test:started") == 1, message="the first started")
+    wait_until(lambda: redis.llen(f"jobsapp:inflight:{worker.identity}") == 2, message="the second taken")
+    time.sleep(0.5)
+    assert redis.llen("queue:default") == 1 and redis.llen("test:started") == 1
+    # When the process is quieted, Then the waiting job goes back unstarted; the running one runs on
+    worker.signal(signal.SIGTSTP)
+    wait_until(lambda: redis.llen("queue:default") == 2, message="the waiting job went back")
+    assert redis.llen(f"jobsapp:inflight:{worker.identity}") == 1
+    wait_until(lambda: redis.hlen(f"{worker.identity}:work") == 1, message="one job in the busy set")
+    worker.stop()
+    assert redis.llen("queue:default") == 3 and redis.llen("test:started") == 1
 
 
 @slow
