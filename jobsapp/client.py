@@ -36,7 +36,7 @@ from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, describe, follow_sentinel_master, get_redis, refuses_writes, unavailable
 from .errors import ReplicationTimeout
 from .middleware import client_chain, run_client_chain
-from .payload import JSON_ENCODER, Item, check_json_native, encode, new_jid, normalize_item, now
+from .payload import Item, check_json_native, compact_json, encode, new_jid, normalize_item, now
 
 if TYPE_CHECKING:
     from .job import Job
@@ -335,8 +335,8 @@ _JID_MARK = "\x00jobsapp:jid\x00"
 def _splice_template(job: Item) -> tuple[str, str, str, bool] | None:
     """Encode ``job`` once with markers for args and jid; returns the three literal pieces around
     them and whether args comes first, or None if the markers cannot be placed unambiguously."""
-    encoded = JSON_ENCODER.encode({**job, "args": _ARGS_MARK, "jid": _JID_MARK})
-    args_mark, jid_mark = JSON_ENCODER.encode(_ARGS_MARK), JSON_ENCODER.encode(_JID_MARK)
+    encoded = compact_json({**job, "args": _ARGS_MARK, "jid": _JID_MARK})
+    args_mark, jid_mark = compact_json(_ARGS_MARK), compact_json(_JID_MARK)
     if encoded.count(args_mark) != 1 or encoded.count(jid_mark) != 1:
         return None
     args_first = encoded.index(args_mark) < encoded.index(jid_mark)
@@ -375,10 +375,10 @@ def _prepare_plain_bulk(
             job = {**base, "args": args, "jid": jid}
             if scheduled_at is None:
                 job["enqueued_at"] = timestamp
-            text = JSON_ENCODER.encode(job)
+            text = compact_json(job)
         else:
             head, middle, tail, args_first = pieces
-            args_text = JSON_ENCODER.encode(args)
+            args_text = compact_json(args)
             jid_text = f'"{jid}"'
             text = head + args_text + middle + jid_text + tail if args_first else head + jid_text + middle + args_text + tail
         data = text.encode("utf-8")

@@ -19,7 +19,7 @@ import traceback
 import zlib
 from typing import Any
 
-from .payload import JSON_ENCODER, parse_json
+from .payload import compact_json, parse_json
 
 #: The most a stored backtrace may inflate to when read.
 BACKTRACE_MAX_INFLATED_BYTES = 1_000_000
@@ -53,7 +53,7 @@ def backtrace_lines(exception: BaseException) -> list[str]:
 
 def compress_backtrace(lines: list[str]) -> str:
     """Base64 (with Ruby's 60-column newlines) of zlib-deflated JSON, as Sidekiq 6.4 writes it."""
-    return base64.encodebytes(zlib.compress(JSON_ENCODER.encode(list(lines)).encode("utf-8"))).decode("ascii")
+    return base64.encodebytes(zlib.compress(compact_json(list(lines)).encode("utf-8"))).decode("ascii")
 
 
 def inflate_backtrace(value: str) -> Any:

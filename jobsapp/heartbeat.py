@@ -19,7 +19,6 @@ a chance to beat again after an outage.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -31,7 +30,7 @@ from . import keys
 from .clock import SYSTEM_CLOCK, Clock
 from .component import PollingComponent
 from .connection import CONNECTION_ERRORS, REDIS_ERRORS, follow_sentinel_master
-from .processes import encode_durations
+from .payload import compact_json
 
 if TYPE_CHECKING:
     import redis
@@ -39,8 +38,6 @@ if TYPE_CHECKING:
     from .manager import Manager
 
 logger = logging.getLogger("jobsapp.heartbeat")
-
-_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def rss_kilobytes() -> int:
@@ -87,7 +84,7 @@ class Heartbeat(PollingComponent):
         self.client = client
         self.identity = identity
         self.info = info
-        self.info_json = _encoder.encode(info)
+        self.info_json = compact_json(info, allow_nan=True)
         self.manager = manager
         self.interval_seconds = interval_seconds
         self.ttl_seconds = ttl_seconds
@@ -153,7 +150,7 @@ class Heartbeat(PollingComponent):
                     pipe.hset(
                         key,
                         mapping={
-                            thread_id(ident): _encoder.encode(
+                            thread_id(ident): compact_json(
                                 {
                                     "queue": running.unit.queue,
                                     "payload": running.unit.raw.decode("utf-8", "replace"),
@@ -168,7 +165,7 @@ class Heartbeat(PollingComponent):
                 pipe.sadd(keys.INFLIGHT_INDEX, self.identity)
             durations = self.manager.durations.snapshot()
             if durations:
-                pipe.hset(keys.job_durations(self.identity), mapping={name: encode_durations(value) for name, value in durations.items()})
+                pipe.hset(keys.job_durations(self.identity), mapping={name: histogram.encode() for name, histogram in durations.items()})
                 pipe.expire(keys.job_durations(self.identity), self.ttl_seconds)
             pipe.rpop(keys.signals(self.identity))
             results = pipe.execute()

@@ -32,7 +32,6 @@ elsewhere: at-least-once, with duplicates bounded by one ack batch.
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 import logging
 import os
@@ -41,7 +40,6 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any
 
 from . import faults
 from .aio import PSEUDO_THREAD_ID_BASE, AsyncLane
@@ -51,7 +49,8 @@ from .connection import CONNECTION_ERRORS, REDIS_ERRORS
 from .fetch import Fetch, UnitOfWork
 from .middleware import notify
 from .payload import decode
-from .processor import DURATION_BUCKETS_SECONDS, Processor, Result
+from .processes import DurationCounter
+from .processor import Processor, Result
 
 logger = logging.getLogger("jobsapp.manager")
 
@@ -82,34 +81,6 @@ MAX_ACK_BATCH = 500
 class Running:
     unit: UnitOfWork
     run_at: float  # epoch seconds, for the busy list
-
-
-class DurationHistogram:
-    """Cumulative per-class job durations since process start, for /jobs/metrics."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, list[int]] = {}
-        self.sums: dict[str, float] = {}
-
-    def observe(self, job_class: str, seconds: float) -> None:
-        counts = self.counts.get(job_class)
-        if counts is None:
-            counts = self.counts[job_class] = [0] * (len(DURATION_BUCKETS_SECONDS) + 1)
-            self.sums[job_class] = 0.0
-        counts[bisect.bisect_left(DURATION_BUCKETS_SECONDS, seconds)] += 1
-        self.sums[job_class] += seconds
-
-    def snapshot(self) -> dict[str, dict[str, Any]]:
-        """{class: {"buckets": {le: cumulative count}, "sum": seconds, "count": n}}."""
-        result: dict[str, dict[str, Any]] = {}
-        for job_class, counts in self.counts.items():
-            cumulative = 0
-            buckets: dict[str, int] = {}
-            for bound, count in zip((*DURATION_BUCKETS_SECONDS, float("inf")), counts, strict=True):
-                cumulative += count
-                buckets["+Inf" if bound == float("inf") else repr(bound)] = cumulative
-            result[job_class] = {"buckets": buckets, "sum": self.sums[job_class], "count": cumulative}
-        return result
 
 
 class Manager:
@@ -152,7 +123,7 @@ class Manager:
         self._processed = 0
         self._failed = 0
         self._acker_stop = False
-        self.durations = DurationHistogram()
+        self.durations = DurationCounter()
         self.processed_total = 0
         self.failed_total = 0
 

@@ -26,7 +26,24 @@ Item = dict[str, Any]
 #: processes it has been in flight in. The worker runs such a job in quarantine (recovery.py).
 RECOVERED_KEY = "jobsapp_recovered"
 
-JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+#: compact_json's encoders, by (allow_nan, sort_keys): built once, reused by every thread.
+_ENCODERS = {
+    (allow_nan, sort_keys): json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan, sort_keys=sort_keys)
+    for allow_nan in (False, True)
+    for sort_keys in (False, True)
+}
+_STRICT_ENCODE = _ENCODERS[False, False].encode
+
+
+def compact_json(value: Any, *, allow_nan: bool = False, sort_keys: bool = False) -> str:
+    """The one spelling of JSON the engine writes: Sidekiq's compact form (no spaces), non-ASCII
+    text as it is. NaN and Infinity are refused (ValueError: they are not JSON, and Ruby's parser
+    rejects them) unless ``allow_nan``, which only re-encodes what another client already wrote
+    (a foreign job being filed in retry or dead must not fail on it) or a metric; ``sort_keys``
+    for a canonical form that is hashed (unique.py)."""
+    if not allow_nan and not sort_keys:
+        return _STRICT_ENCODE(value)
+    return _ENCODERS[allow_nan, sort_keys].encode(value)
 
 
 def new_jid() -> str:
@@ -122,7 +139,7 @@ def normalize_item(item: Item, *, timestamp: float | None = None) -> Item:
 
 def encode(item: Item) -> bytes:
     """Compact UTF-8 JSON; PayloadTooLarge past ``MAX_PAYLOAD_BYTES``."""
-    data = JSON_ENCODER.encode(item).encode("utf-8")
+    data = compact_json(item).encode("utf-8")
     limit = jobs_settings.MAX_PAYLOAD_BYTES
     if limit and len(data) > limit:
         raise PayloadTooLarge(
@@ -134,7 +151,7 @@ def encode(item: Item) -> bytes:
 
 def encode_unchecked(item: Item) -> bytes:
     """Compact UTF-8 JSON without the size limit: for a job already in Redis being moved."""
-    return JSON_ENCODER.encode(item).encode("utf-8")
+    return compact_json(item).encode("utf-8")
 
 
 #: Deepest nesting of a whole stored job (the item, its args, then MAX_NESTING levels of

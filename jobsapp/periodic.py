@@ -45,7 +45,7 @@ from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS
 from .cron import JID_HISTORY_SIZE, RUBY_TIME_FORMAT, next_tick, previous_tick, server_time
 from .errors import UnknownJobClass
-from .payload import JSON_ENCODER, check_json_native, new_jid
+from .payload import check_json_native, compact_json, new_jid
 
 if TYPE_CHECKING:
     from .job import Job
@@ -244,8 +244,8 @@ def register(client: redis.Redis, definition: Definition, *, server_now: float) 
             "klass": definition.job_class.wire_name(),
             "cron": definition.ruby_cron,
             "description": definition.description,
-            "args": JSON_ENCODER.encode(definition.args),
-            "message": JSON_ENCODER.encode(message),
+            "args": compact_json(definition.args),
+            "message": compact_json(message),
             "active_job": "false",
             "date_as_argument": "false",
             "symbolize_args": "false",
@@ -275,7 +275,7 @@ def claim(client: redis.Redis, definition: Definition, tick: int, *, created_at:
         tick=tick,
         tick_iso=moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
         tick_ruby=moment.strftime(RUBY_TIME_FORMAT),
-        data=JSON_ENCODER.encode(item),
+        data=compact_json(item),
         jid=jid,
         missed=definition.missed,
         missed_after_seconds=MISSED_AFTER_SECONDS,

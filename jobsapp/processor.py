@@ -59,10 +59,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("jobsapp.processor")
 
 
-#: Seconds-bounds of the per-class duration histogram (Prometheus-style, cumulative).
-DURATION_BUCKETS_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-
-
 @dataclass(slots=True, kw_only=True)
 class Result:
     """What the manager must do with a finished unit of work."""

@@ -28,7 +28,6 @@ crashes and be buried with it (the fault suite's scenario 6 found that). Middlew
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -46,7 +45,7 @@ from .connection import CONNECTION_ERRORS, REDIS_ERRORS, as_bytes, as_text
 from .errors import JobsError, RedisUnavailable
 from .middleware import notify
 from .outcomes import DeadReason, RequeueReason
-from .payload import RECOVERED_KEY, decode, encode_unchecked, malformed_item, now
+from .payload import RECOVERED_KEY, compact_json, decode, encode_unchecked, malformed_item, now
 from .processes import prune_dead
 from .retry import dead_trim_args, with_error_fields
 
@@ -82,7 +81,7 @@ def _bury_malformed(client: redis.Redis, raw: bytes, *, inflight_key: str, excep
     reason = f"{type(exception).__name__}: {str(exception)[:500]}"
     dead_item = with_error_fields(malformed_item(raw, jobs_settings.DEFAULT_QUEUE, reason), exception, timestamp)
     cutoff, maximum = dead_trim_args(timestamp)
-    member = json.dumps(dead_item, separators=(",", ":"), ensure_ascii=False)
+    member = compact_json(dead_item, allow_nan=True)  # another client's job: buried as it is
     moved = bool(
         scripts.recover_bury(
             client, inflight_key=inflight_key, raw=raw, member=member, jid="", died_at=timestamp, dead_cutoff=cutoff, dead_max_jobs=maximum
@@ -124,7 +123,7 @@ def _recover_one(client: redis.Redis, raw: bytes, *, inflight_key: str, started_
     timestamp = now()
     dead_item = with_error_fields(item, poison, timestamp)
     cutoff, maximum = dead_trim_args(timestamp)
-    member = json.dumps(dead_item, separators=(",", ":"), ensure_ascii=False)
+    member = compact_json(dead_item, allow_nan=True)  # another client's job: buried as it is
     moved = bool(
         scripts.recover_bury(
             client, inflight_key=inflight_key, raw=raw, member=member, jid=jid, died_at=timestamp, dead_cutoff=cutoff, dead_max_jobs=maximum

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from . import keys
 from .conf import jobs_settings
 from .connection import get_redis
-from .payload import JSON_ENCODER, Item, check_json_native, now, parse_json
+from .payload import Item, check_json_native, compact_json, now, parse_json
 
 if TYPE_CHECKING:
     import redis
@@ -106,11 +106,11 @@ def identity_record_fields(item: Item) -> Fields:
         "jid": str(item.get("jid", "")),
         "class": str(item.get("class", "")),
         "queue": str(item.get("queue", "")),
-        "args": JSON_ENCODER.encode(item.get("args", [])),
+        "args": compact_json(item.get("args", [])),
         "retain_seconds": repr(float(item[RETAIN_OPTION])),
     }
     if item.get("kwargs"):
-        fields["kwargs"] = JSON_ENCODER.encode(item["kwargs"])
+        fields["kwargs"] = compact_json(item["kwargs"])
     for name in ("created_at", "enqueued_at"):
         value = item.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -167,7 +167,7 @@ def value_record_fields(value: Any) -> dict[str, str]:
         check_json_native(value, "the return value")
     except (TypeError, ValueError) as exc:  # the job succeeded; only its value is not kept
         return {"value_error": str(exc)[:1000]}
-    encoded = JSON_ENCODER.encode(value)
+    encoded = compact_json(value)
     limit = jobs_settings.RESULT_MAX_BYTES
     if limit and len(encoded.encode("utf-8")) > limit:
         return {"value_error": f"the return value is over the {limit}-byte limit (JOBSAPP['RESULT_MAX_BYTES']); it was not kept"}

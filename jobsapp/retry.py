@@ -21,7 +21,6 @@ outcome. A hook or handler that raises is logged and never changes where the job
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
@@ -37,7 +36,7 @@ from .conf import jobs_settings
 from .error_fields import backtrace_lines, compress_backtrace, exception_class_name, safe_message
 from .middleware import notify
 from .outcomes import DeadReason, OutcomeKind
-from .payload import RECOVERED_KEY, Item, now
+from .payload import RECOVERED_KEY, Item, compact_json, now
 
 if TYPE_CHECKING:
     import redis
@@ -46,9 +45,6 @@ if TYPE_CHECKING:
     from .job import Job
 
 logger = logging.getLogger("jobsapp.retry")
-
-
-_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 #: The longest retry delay taken from ``sidekiq_retry_in``: about 100 years.
@@ -174,7 +170,7 @@ class RetryPolicy:
         """Write the outcome (``retry.lua``: file and un-flight atomically, the dead set trimmed in
         the same script), waiting out a Redis outage: the job stays in flight until it is filed."""
         cutoff, maximum = dead_trim_args(timestamp) if target == keys.DEAD else ("", 0)
-        member = _encoder.encode(item)
+        member = compact_json(item, allow_nan=True)  # a foreign job with NaN is still filed
         return call_with_retry(
             lambda: bool(
                 scripts.retry(

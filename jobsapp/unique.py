@@ -20,14 +20,13 @@ A release that cannot reach Redis is logged; the lock then expires by itself.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 from typing import TYPE_CHECKING
 
 from . import keys, scripts
 from .connection import CONNECTION_ERRORS
-from .payload import Item
+from .payload import Item, compact_json
 
 if TYPE_CHECKING:
     import redis
@@ -48,11 +47,10 @@ def lock_for(item: Item, *, scheduled_at: float | None, timestamp: float) -> tup
     until = item.get("unique_until", "success")
     if until not in UNTIL_CHOICES:
         raise ValueError(f'unique_until must be "start" or "success", not {until!r}')
-    identity = json.dumps(
+    identity = compact_json(
         [item.get("class"), item.get("queue"), item.get("args", []), item.get("kwargs") or {}],
         sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
+        allow_nan=True,
     )
     digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()
     item[DIGEST_KEY] = digest

@@ -19,7 +19,6 @@ write a key of its choosing.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -28,8 +27,8 @@ from typing import Any
 
 from .. import keys
 from ..connection import as_text, get_redis
-from ..payload import parse_json
-from ..processes import PROCESS_FIELDS, decode_durations, identities, prune_dead
+from ..payload import compact_json, parse_json
+from ..processes import PROCESS_FIELDS, DurationHistogram, identities, prune_dead
 from .guard import translate_errors
 from .records import JobRecord
 
@@ -239,7 +238,7 @@ def _work_entry(identity: str, thread_id: bytes, value: bytes) -> Work | None:
         return None
     payload = decoded.get("payload")
     if isinstance(payload, dict):
-        raw: bytes | str = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+        raw: bytes | str = compact_json(payload, allow_nan=True)
     elif isinstance(payload, (str, bytes)):
         raw = payload
     else:
@@ -295,29 +294,6 @@ class WorkSet:
         return None
 
 
-@dataclass(frozen=True)
-class DurationHistogram:
-    """One job class's durations: cumulative bucket counts by upper bound (seconds), sum, count."""
-
-    buckets: dict[float, int]
-    sum_seconds: float
-    count: int
-
-
-def _merge_durations(merged: dict[str, dict[str, Any]], job_class: str, raw: bytes | str) -> None:
-    decoded = decode_durations(raw)
-    if decoded is None:  # a garbled histogram is left out of the scrape
-        return
-    buckets, total, count = decoded
-    target = merged.setdefault(job_class, {"buckets": {}, "sum": 0.0, "count": 0})
-    for bound, bucket_count in buckets.items():
-        target["buckets"][bound] = target["buckets"].get(bound, 0) + bucket_count
-    if total is not None:
-        target["sum"] += total
-    if count is not None:
-        target["count"] += count
-
-
 @translate_errors
 def job_durations() -> dict[str, DurationHistogram]:
     """Per-class duration histograms summed over live processes (ours write them with every
@@ -330,11 +306,13 @@ def job_durations() -> dict[str, DurationHistogram]:
     pipe = connection.pipeline(transaction=False)
     for identity in names:
         pipe.hgetall(keys.job_durations(identity))
-    merged: dict[str, dict[str, Any]] = {}
+    merged: dict[str, DurationHistogram] = {}
+    empty = DurationHistogram({}, 0.0, 0)
     for histograms in pipe.execute():
         for job_class, encoded in histograms.items():
-            _merge_durations(merged, _text(job_class), encoded)
-    return {
-        job_class: DurationHistogram(dict(sorted(value["buckets"].items())), value["sum"], value["count"])
-        for job_class, value in merged.items()
-    }
+            histogram = DurationHistogram.decode(encoded)
+            if histogram is None:  # a garbled histogram is left out of the scrape
+                continue
+            name = _text(job_class)
+            merged[name] = merged.get(name, empty).plus(histogram)
+    return merged

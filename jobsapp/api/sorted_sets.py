@@ -20,7 +20,6 @@ unknown): it is skipped by retry and can still be deleted or killed.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any, cast
 from .. import keys, scripts
 from ..conf import jobs_settings
 from ..connection import get_redis
+from ..payload import compact_json
 from .guard import translate_errors
 from .records import Page, SortedEntry, clamp_page, parse_entry_key
 
@@ -60,7 +60,7 @@ def _glob_escape(text: str) -> str:
 
 
 def _dump(item: Any) -> str:
-    return json.dumps(item, separators=(",", ":"), ensure_ascii=False)
+    return compact_json(item, allow_nan=True)  # another client's job: re-encoded as it is
 
 
 def queue_payload(entry: SortedEntry, *, now: float, lower_retry_count: bool) -> tuple[str, str] | None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec,
 from .. import aio, keys, result_writer, results, timeouts
 from ..connection import get_redis
 from ..functions import FunctionJob, dotted_path, job_class_for
-from ..payload import JSON_ENCODER, Item, now
+from ..payload import Item, compact_json, now
 from .exceptions import ChordError, MaxRetriesExceededError, Retry, TaskRevokedError
 from .options import check_options
 from .result import AsyncResult
@@ -469,7 +469,7 @@ def _chord_part_done(chord: dict[str, Any], jid: str, value: Any) -> None:
         return
     key = keys.chord(chord_id)
     pipe = get_redis().pipeline(transaction=True)
-    pipe.hsetnx(key, jid, JSON_ENCODER.encode(value))
+    pipe.hsetnx(key, jid, compact_json(value))
     pipe.hlen(key)
     pipe.expire(key, RESULT_EXPIRES_SECONDS)
     added, count, _ = pipe.execute()
