@@ -156,22 +156,16 @@ def redis_version(client: redis.Redis) -> tuple[int, ...]:
     return tuple(int(part) for part in str(text).split(".")[:2] if part.isdigit())
 
 
-def wait_for_redis(client: redis.Redis, stop: threading.Event) -> bool:
-    """Block until Redis answers (True) or ``stop`` is set (False)."""
-    delay = 0.1
-    warned = False
+def wait_for_redis(client: redis.Redis, stop: threading.Event, *, clock: Clock = SYSTEM_CLOCK) -> bool:
+    """Block until Redis answers (True) or ``stop`` is set (False); one warning while it does not."""
+    backoff = Backoff("start", logger=logger, clock=clock, outage=f"waiting for Redis at {connection.describe()}")
     while not stop.is_set():
         try:
             client.ping()
-        except CONNECTION_ERRORS as exc:
-            if not warned:
-                logger.warning("waiting for Redis at %s: %s", connection.describe(), exc)
-                warned = True
-            stop.wait(delay)
-            delay = min(delay * 2, 5.0)
+        except CONNECTION_ERRORS as exc:  # not up yet: nothing was done, nothing to undo
+            backoff.pause(exc, stop)
             continue
-        if warned:
-            logger.info("Redis at %s is up", connection.describe())
+        backoff.succeeded()
         return True
     return False
 
@@ -280,7 +274,7 @@ class WorkerProcess:
         signal.signal(signal.SIGTTIN, lambda *_: self.on_signal("TTIN"))
 
     def _wait_for_redis(self, client: redis.Redis) -> bool:
-        return self._wait_in_thread(wait_for_redis, client)
+        return self._wait_in_thread(partial(wait_for_redis, clock=self.clock), client)
 
     def _wait_in_thread(self, wait: Callable[[redis.Redis, threading.Event], bool], client: redis.Redis) -> bool:
         """Run ``wait`` (which returns once Redis lets it, or when stop is requested) while this

@@ -10,9 +10,11 @@ import threading
 
 from jobsapp import keys
 from jobsapp.connection import get_redis
-from jobsapp.launcher import WorkerOptions, WorkerProcess
+from jobsapp.launcher import WorkerOptions, WorkerProcess, wait_for_redis
 from jobsapp.periodic import PeriodicScheduler
 from jobsapp.recovery import Sweeper
+from tests.manual_clock import ManualClock
+from tests.redis_down import unreachable_redis
 from tests.testapp.jobs import RAN_KEY, Noop, Record
 from tests.workers import wait_until
 
@@ -80,3 +82,35 @@ def test_serve_runs_jobs_until_term_and_shutdown_leaves_no_trace(redis, caplog):
     messages = [record.getMessage() for record in caplog.records if record.name == "jobsapp.launcher"]
     assert any(message.startswith(f"process {process.identity} started") for message in messages)
     assert "stopped: 1 jobs processed (0 failed), 0 put back unfinished" in messages
+
+
+def test_waiting_for_redis_warns_once_and_gives_up_when_stopped(caplog):
+    # Given a Redis that does not answer, and a start-up waiting for it on a manual clock
+    caplog.set_level(logging.INFO, logger="jobsapp.launcher")
+    clock = ManualClock()
+    stop = threading.Event()
+    outcome: list[bool] = []
+    waiter = threading.Thread(target=lambda: outcome.append(wait_for_redis(unreachable_redis(), stop, clock=clock)))
+    waiter.start()
+    try:
+        # When three attempts fail
+        clock.settle(1)
+        clock.advance_and_settle(clock.waits[-1])
+        clock.advance_and_settle(clock.waits[-1])
+    finally:
+        # And TERM arrives
+        stop.set()
+        waiter.join(5)
+    # Then it backed off 0.1, 0.2, 0.4 s (with jitter), said once what it waits for, and gave up
+    for delay, nominal in zip(clock.waits, [0.1, 0.2, 0.4], strict=True):
+        assert nominal * 0.8 <= delay <= nominal * 1.2
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 1 and messages[0].startswith("start: waiting for Redis at redis://"), messages
+    assert outcome == [False]
+
+
+def test_waiting_for_a_redis_that_answers_returns_at_once_and_says_nothing(caplog):
+    caplog.set_level(logging.INFO, logger="jobsapp.launcher")
+    clock = ManualClock()
+    assert wait_for_redis(get_redis(), threading.Event(), clock=clock)
+    assert clock.waits == [] and caplog.records == []
