@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 
 import pytest
@@ -12,6 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from jobsapp import Job, JobTimeout, client, keys, sidekiq_options
+from jobsapp.checks import check_settings
 from jobsapp.connection import get_redis
 from jobsapp.fetch import UnitOfWork
 from jobsapp.processor import Processor
@@ -196,3 +198,31 @@ def test_the_busy_page_shows_elapsed_time_and_a_timeout_overrun(redis, django_us
     assert re.search(r'<td class="running">1[0-9] s ', rows[within["jid"]])
     assert "timeout" not in rows[untimed["jid"]] and "3 min" in rows[untimed["jid"]]
     assert page.count('class="overrunning"') == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, "30", True, float("inf")])
+def test_a_bad_hard_limit_is_a_system_check_error(settings, bad):
+    # Given a hard limit that is not a positive number of seconds, When the checks run
+    settings.JOBSAPP = {**settings.JOBSAPP, "TIMEOUT_HARD_LIMIT_SECONDS": bad}
+    messages = {message.id: message for message in check_settings()}
+    # Then it is jobsapp.E020, with a hint; None (the default) and a number pass
+    assert "jobsapp.E020" in messages and "None" in (messages["jobsapp.E020"].hint or "")
+    settings.JOBSAPP = {**settings.JOBSAPP, "TIMEOUT_HARD_LIMIT_SECONDS": 2.5}
+    assert check_settings() == []
+    settings.JOBSAPP = {**settings.JOBSAPP, "TIMEOUT_HARD_LIMIT_SECONDS": None}
+    assert check_settings() == []
+
+
+def test_leaving_a_guard_clears_a_timeout_fired_but_not_yet_delivered():
+    # Given a watchdog whose interruptions are only recorded (as if never delivered in time)
+    calls: list[tuple[int, object]] = []
+    watchdog = Watchdog(interrupt=lambda thread_id, exception: calls.append((thread_id, exception)))
+    try:
+        # When a perform outlives its timeout inside one blocking call, then returns
+        result = watchdog.within(0.05, lambda: time.sleep(0.3) or "done")()
+    finally:
+        watchdog.stop()
+    # Then the watchdog fired once at this thread, leaving cleared it, and the result came back
+    me = threading.get_ident()
+    assert calls == [(me, JobTimeout), (me, None)]
+    assert result == "done" and watchdog.fired_total == 1 and watchdog.running() == {}
