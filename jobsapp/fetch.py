@@ -103,8 +103,24 @@ class QueueOrder:
 
 
 class Fetch(Protocol):
-    """What the manager needs from a fetch strategy."""
+    """What the manager needs from a fetch strategy, and what the strategy can do.
 
+    The manager, the acker and the launcher ask these attributes, never the strategy's name:
+
+    - ``reliable``: a fetched job stays in Redis (this process's in-flight list) until it is
+      acknowledged, filed or put back, so a crash loses nothing. The launcher then claims a
+      supervisor slot (recovering a dead predecessor's list), runs the orphan sweeper and the
+      quarantine of recovered jobs, and the acker sends the finished jobs to remove from the list.
+      Not reliable: a job lives only in memory while it runs, and an ack only counts it.
+    - ``per_thread``: every processor thread calls ``take(1, ...)`` itself (blocking on its own
+      connection, as Sidekiq's processors do); there is no fetcher thread and no shared buffer,
+      so ``take`` must be safe to call from many threads at once. Otherwise one fetcher thread
+      takes batches into the manager's buffer.
+    """
+
+    name: str
+    reliable: bool
+    per_thread: bool
     inflight_key: str
 
     def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]: ...
@@ -298,6 +314,8 @@ class ReliableFetch(_Interruptible):
     """Atomic moves into a per-process in-flight list; nothing is lost if the process dies."""
 
     name = "reliable"
+    reliable = True
+    per_thread = False
 
     def __init__(
         self,
@@ -366,10 +384,20 @@ class ReliableFetch(_Interruptible):
         return [as_bytes(raw) for raw in self.client.lrange(self.inflight_key, 0, -1)]
 
 
-class BasicFetch(_Interruptible):
-    """Sidekiq's BRPOP fetch: a job lives only in memory while it runs (lost on SIGKILL)."""
+class BasicFetch:
+    """Sidekiq's BRPOP fetch: each processor thread blocks in its own ``BRPOP`` over its queues
+    (strict or weighted-random order per call, as the QueueOrder says) on a connection of its
+    own, runs the job, and takes the next. A job lives only in memory while it runs (lost on
+    SIGKILL); there is nothing in flight in Redis to acknowledge, so an ack only counts it.
+
+    Paused queues are read at most once per ``PAUSED_REFRESH_SECONDS`` for all threads, not once
+    per job. ``interrupt`` (quiet) unblocks every waiting ``BRPOP`` (``CLIENT UNBLOCK``); a job a
+    thread popped at that moment is put back at the front of its queue by the manager.
+    """
 
     name = "basic"
+    reliable = False
+    per_thread = True
     inflight_key = ""
 
     def __init__(
@@ -377,44 +405,76 @@ class BasicFetch(_Interruptible):
         queues: QueueOrder,
         *,
         client: redis.Redis,
-        blocking_client: redis.Redis,
+        make_blocking_client: Callable[[], redis.Redis],
         rng: random.Random,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queues = queues
         self.client = client
-        self.blocking_client = blocking_client
+        self.make_blocking_client = make_blocking_client
         self.rng = rng
         self.clock = clock
-        self._blocking_id = None
-        self._interrupted = threading.Event()
-        self._paused: set[str] = set()
+        self._interrupted = threading.Event()  # set once, at quiet
+        self._local = threading.local()  # each thread's blocking client
+        self._lock = threading.Lock()
+        self._blocking_ids: list[int] = []  # every thread's blocking connection, for CLIENT UNBLOCK
+        self._paused: frozenset[str] = frozenset()
         self._paused_read_at: float | None = None
+        self._keys = {name: keys.queue(name) for name in queues.names}
 
-    def _paused_queues(self) -> set[str]:
+    def _paused_queues(self) -> frozenset[str]:
         """The paused queues, read at most once per ``PAUSED_REFRESH_SECONDS`` (not a round trip
         per job: a pause takes effect within a second, plus a BRPOP already waiting)."""
-        now = self.clock()
-        if self._paused_read_at is None or now - self._paused_read_at >= PAUSED_REFRESH_SECONDS:
-            self._paused = {as_text(name) for name in self.client.smembers(keys.PAUSED)}
-            self._paused_read_at = now
-        return self._paused
+        read_at = self._paused_read_at
+        if read_at is not None and self.clock() - read_at < PAUSED_REFRESH_SECONDS:
+            return self._paused
+        with self._lock:  # one thread reads; the others wait for its answer (once a second)
+            now = self.clock()
+            if self._paused_read_at is None or now - self._paused_read_at >= PAUSED_REFRESH_SECONDS:
+                self._paused = frozenset(as_text(name) for name in self.client.smembers(keys.PAUSED))
+                self._paused_read_at = now
+            return self._paused
+
+    def _blocking_client(self) -> redis.Redis:
+        blocking: redis.Redis | None = getattr(self._local, "client", None)
+        if blocking is None:
+            # one connection held for good (a single-connection client): no pool check-out and
+            # check-in, with their pid and stale-data checks, around every BRPOP
+            pool = self.make_blocking_client().connection_pool
+            blocking = self._local.client = redis.Redis(connection_pool=pool, single_connection_client=True)
+            connection_id = int(blocking.client_id())  # also opens the connection the BRPOPs use
+            with self._lock:
+                self._blocking_ids.append(connection_id)
+        return blocking
 
     def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]:
-        order = self.queues.order(self.rng)
+        """One job for the calling thread, blocking up to ``block_seconds`` for it (``count`` is
+        ignored: a thread takes only the job it runs next)."""
+        if self._interrupted.is_set():
+            return []
         paused = self._paused_queues()
-        ready = [name for name in order if name not in paused]
+        ready = [self._keys[name] for name in self.queues.order(self.rng) if name not in paused]
         if not ready:  # every queue is paused: idle briefly instead of spinning on Redis
-            self._idle(min(block_seconds, PAUSED_IDLE_SECONDS))
+            self._interrupted.wait(min(block_seconds, PAUSED_IDLE_SECONDS))
             return []
         if block_seconds <= 0:
             return []
-        self._remember_blocking_connection()
-        popped = self.blocking_client.brpop([keys.queue(name) for name in ready], timeout=block_seconds)
+        popped = self._blocking_client().brpop(ready, timeout=block_seconds)
         if popped is None:
             return []
         key, raw = popped
         return [UnitOfWork(as_bytes(raw), keys.queue_name(as_text(key)))]
+
+    def interrupt(self) -> None:
+        """At quiet: no thread blocks again, and those waiting in BRPOP return at once."""
+        self._interrupted.set()
+        with self._lock:
+            blocking_ids = list(self._blocking_ids)
+        for connection_id in blocking_ids:
+            try:
+                self.client.client_unblock(connection_id)
+            except (redis.RedisError, OSError):  # nothing blocked, or Redis away: the block times out anyway
+                pass
 
     def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date, token: str = "") -> int:
         return _ack(self.client, "", [], [], processed, failed, today)
@@ -427,3 +487,35 @@ class BasicFetch(_Interruptible):
 
     def requeue(self, units: list[UnitOfWork]) -> int:
         return _requeue(self.client, "", units)
+
+
+#: ``--fetch`` / ``JOBSAPP["FETCH"]`` values and their strategies.
+STRATEGIES: dict[str, type[ReliableFetch] | type[BasicFetch]] = {"reliable": ReliableFetch, "basic": BasicFetch}
+
+
+def strategy(name: str) -> type[ReliableFetch] | type[BasicFetch]:
+    """The fetch strategy class called ``name``; its capabilities (``reliable``, ``per_thread``)
+    are class attributes, known before a process builds it."""
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise ValueError(f"unknown fetch strategy {name!r}: use one of {', '.join(STRATEGIES)}") from None
+
+
+def build(
+    name: str,
+    identity: str,
+    queues: QueueOrder,
+    *,
+    client: redis.Redis,
+    rng: random.Random,
+    make_blocking_client: Callable[[], redis.Redis],
+) -> ReliableFetch | BasicFetch:
+    """The fetch strategy called ``name`` for the process ``identity`` (nothing is sent to Redis
+    yet). ``make_blocking_client`` makes a client with its own connection for a thread that
+    blocks (its socket timeout longer than the block)."""
+    if strategy(name) is ReliableFetch:
+        return ReliableFetch(
+            identity, queues, client=client, blocking_client=make_blocking_client(), rng=rng, make_blocking_client=make_blocking_client
+        )
+    return BasicFetch(queues, client=client, make_blocking_client=make_blocking_client, rng=rng)

@@ -53,7 +53,8 @@ from .clock import SYSTEM_CLOCK, Clock
 from .component import Component
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, REDIS_ERRORS
-from .fetch import BasicFetch, QueueOrder, ReliableFetch
+from .fetch import BasicFetch, QueueOrder, ReliableFetch, strategy
+from .fetch import build as build_fetch
 from .heartbeat import Heartbeat, new_identity
 from .manager import Manager
 from .middleware import notify
@@ -337,25 +338,21 @@ class WorkerProcess:
         check_redis(client)
         if self._stopped_while_starting():
             return False
-        return self.options.fetch != "reliable" or self._wait_in_thread(self._claim_slot, client)
+        return not strategy(self.options.fetch).reliable or self._wait_in_thread(self._claim_slot, client)
 
     def build(self, client: redis.Redis) -> Components:
         """Construct every component, none started: what can be refused (periodic definitions
         raising ImproperlyConfigured) is refused before the process takes a job."""
         options = self.options
-        blocking_client = connection.new_redis(blocking_timeout_seconds=float(jobs_settings.FETCH_BLOCK_SECONDS))
-        reliable = options.fetch == "reliable"
-        if reliable:
-            fetch: ReliableFetch | BasicFetch = ReliableFetch(
-                self.identity,
-                options.queue_order,
-                client=client,
-                blocking_client=blocking_client,
-                rng=self.rng,
-                make_blocking_client=lambda: connection.new_redis(blocking_timeout_seconds=float(jobs_settings.FETCH_BLOCK_SECONDS)),
-            )
-        else:
-            fetch = BasicFetch(options.queue_order, client=client, blocking_client=blocking_client, rng=self.rng)
+        fetch = build_fetch(
+            options.fetch,
+            self.identity,
+            options.queue_order,
+            client=client,
+            rng=self.rng,
+            make_blocking_client=lambda: connection.new_redis(blocking_timeout_seconds=float(jobs_settings.FETCH_BLOCK_SECONDS)),
+        )
+        reliable = fetch.reliable
 
         policy = RetryPolicy(client, fetch.inflight_key, rng=self.rng, stop=self.hard_stop)
         watchdog = Watchdog(hard_limit_seconds=hard_limit_seconds(reliable), on_hard_limit=lambda: self.on_signal(HARD_LIMIT_SIGNAL))
@@ -463,7 +460,7 @@ class WorkerProcess:
         notify("on_shutdown")
         heartbeat.stop()
         heartbeat.clear()
-        if options.fetch == "reliable":
+        if components.fetch.reliable:
             try:
                 if not client.exists(components.fetch.inflight_key):
                     client.srem(keys.INFLIGHT_INDEX, self.identity)

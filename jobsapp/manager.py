@@ -1,6 +1,6 @@
 """The manager: one process's processor threads, its fetcher and its acker.
 
-Threads (all daemons, named):
+Threads (all daemons, named), for a fetch strategy that takes batches (reliable fetch):
 - ``jobsapp.fetcher`` keeps a small local buffer filled: one ``fetch.lua`` round trip brings up
   to a batch of jobs (already safe in the in-flight list); when every queue is empty it blocks
   in ``BLMOVE`` so an idle worker starts a new job within a millisecond of its push.
@@ -15,9 +15,12 @@ Threads (all daemons, named):
   waits with its unit (counted busy, so the fetcher takes no more). The lane's running jobs are
   in the running set (the busy list) under pseudo thread ids, and are recorded and acknowledged
   like any other; fair fetch counts only the processor threads.
-- ``jobsapp.acker`` acknowledges finished jobs and adds to the stats counters in batches: one
-  ``ack.lua`` call for everything finished since the previous call (that is how the engine
-  drains many thousand jobs a second without a round trip per job).
+- ``jobsapp.acker`` acknowledges finished jobs and adds to the stats counters in batches
+  (``jobsapp.acker``).
+
+With a per-thread strategy (``Fetch.per_thread``: basic fetch, Sidekiq's) there is no fetcher
+and no buffer: each processor thread blocks in its own fetch for the one job it runs next, so a
+process never holds a job it cannot start.
 
 Lifecycle: ``start()``; ``quiet()`` stops fetching and puts the buffered, not yet started jobs
 back at the front of their queues; ``stop(deadline)`` quiets, waits for running jobs until the
@@ -32,9 +35,7 @@ elsewhere: at-least-once, with duplicates bounded by one ack batch.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import os
 import threading
 import time
 from collections import Counter, deque
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from . import faults
+from .acker import Acker
 from .aio import PSEUDO_THREAD_ID_BASE, AsyncLane
 from .backoff import Backoff, call_with_retry
 from .conf import jobs_settings
@@ -50,7 +52,7 @@ from .fetch import Fetch, UnitOfWork
 from .middleware import notify
 from .payload import decode
 from .processes import DurationCounter
-from .processor import Processor, Result
+from .processor import Processor
 
 logger = logging.getLogger("jobsapp.manager")
 
@@ -71,10 +73,6 @@ FETCH_SAMPLE_MAX_SECONDS = 0.1
 def _moving_average(average: float | None, sample: float) -> float:
     """Exponentially weighted (the newest sample weighs 1/10)."""
     return sample if average is None else average + (sample - average) / 10
-
-
-#: The most acknowledgements sent in one ack.lua call.
-MAX_ACK_BATCH = 500
 
 
 @dataclass(slots=True)
@@ -115,34 +113,35 @@ class Manager:
         self._quiet = threading.Event()
         self._processors_done = False
 
-        self._ack_lock = threading.Lock()
-        self._ack_ready = threading.Condition(self._ack_lock)
-        self._ack_units: list[UnitOfWork] = []
-        self._ack_jids: list[str] = []
-        self._acking: list[UnitOfWork] = []  # the batch the acker is sending
-        self._processed = 0
-        self._failed = 0
-        self._acker_stop = False
-        self.durations = DurationCounter()
-        self.processed_total = 0
-        self.failed_total = 0
-
+        self.acker = Acker(fetch, stop_event=stop_event)
         self._threads: list[threading.Thread] = []
-        self._acker: threading.Thread | None = None
         self._fetcher: threading.Thread | None = None
+
+    @property
+    def durations(self) -> DurationCounter:
+        return self.acker.durations
+
+    @property
+    def processed_total(self) -> int:
+        return self.acker.processed_total
+
+    @property
+    def failed_total(self) -> int:
+        return self.acker.failed_total
 
     # --- lifecycle -------------------------------------------------------------------
 
     def start(self) -> None:
-        self._fetcher = threading.Thread(target=self._fetch_loop, name="jobsapp.fetcher", daemon=True)
-        self._acker = threading.Thread(target=self._ack_loop, name="jobsapp.acker", daemon=True)
+        if not self.fetch.per_thread:
+            self._fetcher = threading.Thread(target=self._fetch_loop, name="jobsapp.fetcher", daemon=True)
         self._threads = [
             threading.Thread(target=self._process_loop, name=f"jobsapp.processor-{index}", daemon=True) for index in range(self.concurrency)
         ]
         if self.async_lane is not None:
             self.async_lane.start()
-        self._fetcher.start()
-        self._acker.start()
+        if self._fetcher is not None:
+            self._fetcher.start()
+        self.acker.start()
         for thread in self._threads:
             thread.start()
 
@@ -182,7 +181,7 @@ class Manager:
             if self.async_lane.cancel_running():  # their threads park: put back below, never filed
                 logger.warning("shutdown: async jobs still running at the deadline were cancelled")
             self.async_lane.stop()
-        self._stop_acker()
+        self.acker.stop()
         if self._fetcher is not None:
             self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.block_seconds + 1)))
         self._requeue(self.fetch.collect_pending(), reason="quiet")
@@ -243,17 +242,48 @@ class Manager:
 
     def _process_loop(self) -> None:
         ident = threading.get_ident()
+        backoff = Backoff("fetch", logger=logger)
         while True:
-            with self._lock:
-                while not self._buffer and not self._processors_done:
-                    self._work_ready.wait()
-                if not self._buffer:
-                    return
-                unit = self._buffer.popleft()
-                self._running[ident] = Running(unit, time.time())
-                if self._below_low_water(self._fetch_target()):
-                    self._room.notify()
+            unit = self._take_own_unit(ident, backoff) if self.fetch.per_thread else self._next_unit(ident)
+            if unit is None:
+                return
             self._run(ident, unit)
+
+    def _next_unit(self, ident: int) -> UnitOfWork | None:
+        """The next job for this processor thread from the shared buffer, registered as running;
+        None once quiet."""
+        with self._lock:
+            while not self._buffer and not self._processors_done:
+                self._work_ready.wait()
+            if not self._buffer:
+                return None
+            unit = self._buffer.popleft()
+            self._running[ident] = Running(unit, time.time())
+            if self._below_low_water(self._fetch_target()):
+                self._room.notify()
+            return unit
+
+    def _take_own_unit(self, ident: int, backoff: Backoff) -> UnitOfWork | None:
+        """Per-thread fetch: block in this thread's own fetch for its next job, registered as
+        running; None once quiet."""
+        while not self._quiet.is_set():
+            try:
+                units = self.fetch.take(1, block_seconds=self.block_seconds)
+            except REDIS_ERRORS as exc:  # away, or refusing: nothing was taken; wait it out (one warning per thread and outage)
+                backoff.pause(exc, self._quiet)
+                continue
+            except Exception as exc:  # noqa: BLE001  # an engine bug: the thread must outlive it (a job popped and lost is basic fetch's risk)
+                backoff.pause(exc, self._quiet, unexpected=True)
+                continue
+            backoff.succeeded()
+            if not units:
+                continue
+            with self._lock:
+                if not self._quiet.is_set():
+                    self._running[ident] = Running(units[0], time.time())
+                    return units[0]
+            self._requeue(units, reason="quiet")  # popped as the process went quiet: back to the front
+        return None
 
     def _run(self, ident: int, unit: UnitOfWork) -> None:
         """Process ``unit``, registered in the running set under ``ident``, and record its outcome."""
@@ -277,7 +307,7 @@ class Manager:
         if result is None:  # an async job: the async lane runs it; this thread takes the next unit
             self._hand_off(ident, unit)
             return
-        self._record(unit, result)  # before leaving the running set: always known to be ours (_reconcile)
+        self.acker.record(unit, result)  # before leaving the running set: always known to be ours (_reconcile)
         with self._lock:
             self._running.pop(ident, None)
             if ident < PSEUDO_THREAD_ID_BASE:  # the look-ahead models the processor threads' turnover
@@ -338,67 +368,9 @@ class Manager:
             return
         logger.error("queue=%s unexpected error around a job (%s)", unit.queue, exception, exc_info=exception)
         try:
-            self._record(unit, self.processor.park(unit, exception))
+            self.acker.record(unit, self.processor.park(unit, exception))
         except Exception:  # could not even park it: it stays in flight for recovery
             logger.exception("queue=%s could not park the job; it stays in flight until this process's list is recovered", unit.queue)
-
-    def _record(self, unit: UnitOfWork, result: Result) -> None:
-        with self._ack_lock:
-            if result.acknowledge:
-                self._ack_units.append(unit)
-                self._ack_jids.append(result.jid)
-            self._processed += 1
-            if result.failed:
-                self._failed += 1
-            self.durations.observe(result.job_class, result.elapsed_seconds)
-            self._ack_ready.notify()
-
-    def _ack_loop(self) -> None:
-        backoff = Backoff("ack", logger=logger)
-        # a batch whose reply was not seen (Redis may have applied it) is resent as it was, with
-        # its token, so ack.lua can tell and the stats are not counted twice
-        unsent: tuple[list[UnitOfWork], list[str], int, int, str] | None = None
-        while True:
-            if unsent is None:
-                with self._ack_lock:
-                    while not (self._ack_units or self._processed) and not self._acker_stop:
-                        self._ack_ready.wait(1.0)
-                    if not (self._ack_units or self._processed):
-                        return
-                    units = self._ack_units[:MAX_ACK_BATCH]
-                    jids = self._ack_jids[:MAX_ACK_BATCH]
-                    del self._ack_units[:MAX_ACK_BATCH]
-                    del self._ack_jids[:MAX_ACK_BATCH]
-                    processed, failed = self._processed, self._failed
-                    self._processed = self._failed = 0
-                    self._acking = units  # still ours until acknowledged (see _reconcile)
-                unsent = (units, jids, processed, failed, os.urandom(8).hex())
-            units, jids, processed, failed, token = unsent
-            try:
-                self.fetch.acknowledge(units, jids, processed=processed, failed=failed, today=dt.datetime.now(dt.UTC).date(), token=token)
-            except Exception as exc:  # noqa: BLE001  # Redis away or refusing, or a bug: resent as it was, the acker lives on
-                with self._ack_lock:
-                    stopping = self._acker_stop and self.stop_event.is_set()
-                if stopping:
-                    logger.error(
-                        "ack: Redis unavailable at shutdown (%s); %d finished jobs stay in flight and may run again", exc, len(units)
-                    )
-                    return
-                time.sleep(backoff.failed(exc))
-                continue
-            unsent = None
-            with self._ack_lock:
-                self._acking = []
-            backoff.succeeded()
-            self.processed_total += processed
-            self.failed_total += failed
-
-    def _stop_acker(self) -> None:
-        with self._ack_lock:
-            self._acker_stop = True
-            self._ack_ready.notify_all()
-        if self._acker is not None:
-            self._acker.join(10.0)
 
     def _reconcile(self, fetched: list[UnitOfWork]) -> list[UnitOfWork]:
         """After a fetch whose outcome is unknown: every job in this process's in-flight list
@@ -412,12 +384,9 @@ class Manager:
         except REDIS_ERRORS as exc:
             logger.warning("fetch: could not reconcile the in-flight list (%s)", exc)
             return fetched
-        with self._lock, self._ack_lock:
+        with self._lock:  # a job is recorded with the acker before it leaves the running set
             held = Counter(
-                unit.raw
-                for unit in chain(
-                    self._buffer, (running.unit for running in self._running.values()), self._ack_units, self._acking, fetched
-                )
+                unit.raw for unit in chain(self._buffer, (running.unit for running in self._running.values()), self.acker.held(), fetched)
             )
         strays: list[UnitOfWork] = []
         for raw in listed:

@@ -1,16 +1,25 @@
-"""Queue order (Sidekiq's strict and weighted rules) and the fetch script's batch move."""
+"""Queue order (Sidekiq's strict and weighted rules), the fetch script's batch move, and basic
+fetch (Sidekiq's per-thread BRPOP) in a real worker."""
 
 from __future__ import annotations
 
 import random
+import signal
+import time
 from collections import Counter
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from jobsapp import client
-from jobsapp.connection import get_redis
+from jobsapp.connection import get_redis, new_redis
 from jobsapp.fetch import BasicFetch, QueueOrder, ReliableFetch
+from tests.testapp.jobs import RAN_KEY, Record
+from tests.workers import WorkerProcess, wait_until
+
+
+def ran(redis) -> list[str]:
+    return [value.decode() for value in redis.lrange(RAN_KEY, 0, -1)]
 
 
 def test_no_weights_is_strict_order():
@@ -70,7 +79,7 @@ def test_basic_fetch_reads_paused_queues_once_a_second_not_per_job(redis):
     # Given basic fetch on two queues, with a clock the test moves
     now = [100.0]
     fetch = BasicFetch(
-        QueueOrder.parse(["a", "b"]), client=get_redis(), blocking_client=get_redis(), rng=random.Random(1), clock=lambda: now[0]
+        QueueOrder.parse(["a", "b"]), client=get_redis(), make_blocking_client=new_redis, rng=random.Random(1), clock=lambda: now[0]
     )
     for index in range(3):
         client.push({"class": "X", "args": [index], "queue": "a"})
@@ -83,3 +92,68 @@ def test_basic_fetch_reads_paused_queues_once_a_second_not_per_job(redis):
     now[0] += 1.0
     assert fetch.take(1, block_seconds=1)[0].queue == "b"
     assert redis.llen("queue:a") == 1
+
+
+def blocked_brpops(redis) -> int:
+    """How many connections wait in BRPOP right now."""
+    return sum(1 for entry in redis.client_list() if entry.get("cmd") == "brpop" and "b" in entry.get("flags", ""))
+
+
+@pytest.mark.slow
+def test_basic_fetch_each_thread_blocks_in_its_own_brpop_and_runs_jobs_in_strict_order(redis_server, redis):
+    # Given an idle worker with basic fetch and three threads on two queues
+    with WorkerProcess(["--fetch", "basic", "-q", "high", "-q", "low", "-c", "3"], redis_url=redis_server.url) as worker:
+        # Then each thread waits in a BRPOP of its own (no fetcher thread hands jobs over)
+        wait_until(lambda: blocked_brpops(redis) == 3, message="three threads blocked in BRPOP")
+        # When jobs arrive on both queues
+        for index in range(5):
+            Record.set(queue="low").perform_async(f"low{index}")
+        Record.set(queue="high").perform_async("high")
+        # Then every job runs, is counted, and nothing is in flight (basic fetch has no list)
+        wait_until(lambda: redis.llen(RAN_KEY) == 6, message="all jobs ran")
+        wait_until(lambda: redis.get("stat:processed") == b"6", message="stats flushed")
+        assert not redis.exists(f"jobsapp:inflight:{worker.identity}")
+        assert not redis.sismember("jobsapp:inflight", worker.identity)
+    # And with one thread, a job of the first queue always comes before one of the second
+    redis.delete(RAN_KEY)
+    for index in range(3):
+        Record.set(queue="low").perform_async(f"low{index}")
+        Record.set(queue="high").perform_async(f"high{index}")
+    with WorkerProcess(["--fetch", "basic", "-q", "high", "-q", "low", "-c", "1"], redis_url=redis_server.url):
+        wait_until(lambda: redis.llen(RAN_KEY) == 6, message="all jobs ran")
+    assert ran(redis)[:3] == ["high0", "high1", "high2"]
+
+
+@pytest.mark.slow
+def test_quiet_basic_fetch_worker_takes_nothing_more_and_stops_at_once(redis_server, redis):
+    # Given an idle basic-fetch worker whose threads wait in BRPOP
+    worker = WorkerProcess(["--fetch", "basic", "-c", "4"], redis_url=redis_server.url).start()
+    try:
+        wait_until(lambda: blocked_brpops(redis) == 4, message="four threads blocked in BRPOP")
+        # When it is quieted, Then no thread waits in BRPOP any more and a new job stays queued
+        worker.signal(signal.SIGTSTP)
+        wait_until(lambda: blocked_brpops(redis) == 0, timeout_seconds=2, message="the BRPOPs were unblocked")
+        Record.perform_async("after quiet")
+        time.sleep(0.5)
+        assert redis.llen("queue:default") == 1 and redis.llen(RAN_KEY) == 0
+    finally:
+        # And TERM ends it without waiting out a BRPOP timeout
+        started = time.monotonic()
+        worker.stop()
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.slow
+def test_basic_fetch_skips_a_paused_queue(redis_server, redis):
+    # Given a paused queue holding a job, and a job on a running one
+    redis.sadd("jobsapp:paused", "paused")
+    Record.set(queue="paused").perform_async("waits")
+    Record.perform_async("runs")
+    with WorkerProcess(["--fetch", "basic", "-q", "paused", "-q", "default", "-c", "2"], redis_url=redis_server.url) as worker:
+        # Then only the running queue's job runs
+        wait_until(lambda: redis.llen(RAN_KEY) == 1, message=f"the running queue's job ran: {worker.output}")
+        time.sleep(0.5)
+        assert ran(redis) == ["runs"] and redis.llen("queue:paused") == 1
+        # And once resumed, its job runs within the pause cache's second (plus a BRPOP's wait)
+        redis.srem("jobsapp:paused", "paused")
+        wait_until(lambda: redis.llen(RAN_KEY) == 2, timeout_seconds=5)

@@ -1,0 +1,141 @@
+"""The acker: acknowledges finished jobs and adds to the stats counters, in batches.
+
+One daemon thread, ``jobsapp.acker``, per worker process. Processor threads hand it each
+finished job (``record``, under a short lock, no Redis call); the thread sends everything
+recorded since its previous call in one ``ack.lua`` round trip (at most ``MAX_ACK_BATCH`` jobs),
+which removes the jobs from the in-flight list (reliable fetch), adds to ``stat:processed`` and
+``stat:failed`` (total and daily) and forgets their recovery counts. That is how a process
+drains many thousand jobs a second without a round trip per job.
+
+Wake-ups: a processor thread wakes the acker only when it is idle and waiting; while a batch is
+on its way to Redis the next one gathers without a wake-up per job.
+
+When Redis is away or refuses, the batch is resent as it was, with the same token, so
+``ack.lua`` applies it once (the counters are not added twice when only the reply was lost);
+the jobs stay in the in-flight list meanwhile (safe: at worst they run again after a crash).
+At a hard stop during an outage the acker gives up: those finished jobs stay in flight and run
+again once the list is recovered (at-least-once, duplicates bounded by one batch).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import threading
+import time
+
+from .backoff import Backoff
+from .fetch import Fetch, UnitOfWork
+from .processes import DurationCounter
+from .processor import Result
+
+logger = logging.getLogger("jobsapp.acker")
+
+#: The most acknowledgements sent in one ack.lua call.
+MAX_ACK_BATCH = 500
+
+#: How long ``stop`` waits for the last batch to reach Redis.
+STOP_JOIN_SECONDS = 10.0
+
+
+class Acker:
+    """Batches acknowledgements and stats of one process's finished jobs into ``ack.lua`` calls."""
+
+    def __init__(self, fetch: Fetch, *, stop_event: threading.Event) -> None:
+        self.fetch = fetch
+        self.stop_event = stop_event  # set when the process is stopping for good (hard stop)
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._units: list[UnitOfWork] = []
+        self._jids: list[str] = []
+        self._sending: list[UnitOfWork] = []  # the batch on its way to Redis
+        self._processed = 0
+        self._failed = 0
+        self._waiting = False  # the thread waits for work: the next record wakes it
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.durations = DurationCounter()  # under the acker's lock
+        self.processed_total = 0
+        self.failed_total = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="jobsapp.acker", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Send what is left and end the thread (waits at most ``STOP_JOIN_SECONDS``)."""
+        with self._lock:
+            self._stopping = True
+            self._ready.notify_all()
+        if self._thread is not None:
+            self._thread.join(STOP_JOIN_SECONDS)
+
+    def record(self, unit: UnitOfWork, result: Result) -> None:
+        """A processor thread finished ``unit``: acknowledge it (when it is still in flight) and
+        count it in the next batch."""
+        with self._lock:
+            if result.acknowledge and self.fetch.reliable:
+                self._units.append(unit)
+                self._jids.append(result.jid)
+            self._processed += 1
+            if result.failed:
+                self._failed += 1
+            self.durations.observe(result.job_class, result.elapsed_seconds)
+            if self._waiting:
+                self._waiting = False
+                self._ready.notify()
+
+    def held(self) -> list[UnitOfWork]:
+        """Finished jobs not yet acknowledged: still this process's (see Manager._reconcile)."""
+        with self._lock:
+            return [*self._units, *self._sending]
+
+    def _next_batch(self) -> tuple[list[UnitOfWork], list[str], int, int] | None:
+        """The next batch to send, waiting for one; None once stopped with nothing left."""
+        with self._lock:
+            while not (self._units or self._processed) and not self._stopping:
+                self._waiting = True
+                self._ready.wait(1.0)
+            self._waiting = False
+            if not (self._units or self._processed):
+                return None
+            units = self._units[:MAX_ACK_BATCH]
+            jids = self._jids[:MAX_ACK_BATCH]
+            del self._units[:MAX_ACK_BATCH]
+            del self._jids[:MAX_ACK_BATCH]
+            processed, failed = self._processed, self._failed
+            self._processed = self._failed = 0
+            self._sending = units  # still ours until acknowledged
+            return units, jids, processed, failed
+
+    def _run(self) -> None:
+        backoff = Backoff("ack", logger=logger)
+        # a batch whose reply was not seen (Redis may have applied it) is resent as it was, with
+        # its token, so ack.lua can tell and the stats are not counted twice
+        unsent: tuple[list[UnitOfWork], list[str], int, int, str] | None = None
+        while True:
+            if unsent is None:
+                batch = self._next_batch()
+                if batch is None:
+                    return
+                unsent = (*batch, os.urandom(8).hex())
+            units, jids, processed, failed, token = unsent
+            try:
+                self.fetch.acknowledge(units, jids, processed=processed, failed=failed, today=dt.datetime.now(dt.UTC).date(), token=token)
+            except Exception as exc:  # noqa: BLE001  # Redis away or refusing, or a bug: resent as it was, the acker lives on
+                with self._lock:
+                    stopping = self._stopping and self.stop_event.is_set()
+                if stopping:
+                    logger.error(
+                        "ack: Redis unavailable at shutdown (%s); %d finished jobs stay in flight and may run again", exc, len(units)
+                    )
+                    return
+                time.sleep(backoff.failed(exc))
+                continue
+            unsent = None
+            with self._lock:
+                self._sending = []
+            backoff.succeeded()
+            self.processed_total += processed
+            self.failed_total += failed
