@@ -17,6 +17,12 @@ Threads:
   (Django's async ORM: ``await Model.objects.aget(...)``) run in this thread, as asgiref runs them
   under an ASGI server: the job's database connection is the one its thread closes when it ends.
 
+- ``jobsapp.async-io-<n>`` (started on demand, at most ``min(32, CPUs + 4)`` as Python's
+  default): the loop's default executor, where ``asyncio.to_thread`` and
+  ``run_in_executor(None, ...)`` run blocking calls. Daemon threads: a blocking call a job
+  cancelled at shutdown left running does not hold the process's exit (a ``ThreadPoolExecutor``'s
+  threads are joined at exit).
+
 So a running async job costs a parked thread (a small stack, no CPU) but never a processor
 thread, and 100 of them share one loop. What a job author must not do: block the loop. Code in
 ``async def perform`` must await (``asyncio.sleep``, an async HTTP client); a blocking call
@@ -49,13 +55,18 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import SyncToAsync, async_to_sync
 
 from .errors import JobTimeout
 
 logger = logging.getLogger("jobsapp.aio")
+
+Params = ParamSpec("Params")
+Returned = TypeVar("Returned")
 
 #: Pseudo thread ids of running async jobs (keys of the busy set) start here: above any real
 #: thread id (a pthread address below 2**48 on 64-bit Linux), so they never collide.
@@ -103,6 +114,44 @@ async def _with_timeout(coroutine: Coroutine[Any, Any, Any], timeout_seconds: fl
         raise
 
 
+class DaemonThreadExecutor(ThreadPoolExecutor):
+    """The loop's default executor: a ``ThreadPoolExecutor`` by type (asyncio accepts nothing
+    else) and by contract (threads started on demand up to ``max_workers``, reused when idle),
+    whose ``submit`` runs calls on daemon threads of its own."""
+
+    def __init__(self, *, max_workers: int, thread_name_prefix: str) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)  # its own threads never start
+        self._daemon_work: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
+        self._daemon_idle = threading.Semaphore(0)
+        self._daemon_lock = threading.Lock()
+        self._daemon_threads = 0
+
+    def submit(self, fn: Callable[Params, Returned], /, *args: Params.args, **kwargs: Params.kwargs) -> Future[Returned]:
+        future: Future[Returned] = Future()
+        self._daemon_work.put((future, partial(fn, *args, **kwargs)))
+        if not self._daemon_idle.acquire(blocking=False):
+            with self._daemon_lock:
+                start = self._daemon_threads < self._max_workers
+                if start:
+                    self._daemon_threads += 1
+                    name = f"{self._thread_name_prefix}-{self._daemon_threads}"
+            if start:
+                threading.Thread(target=self._run_daemon, name=name, daemon=True).start()
+        return future
+
+    def _run_daemon(self) -> None:
+        while True:
+            future, call = self._daemon_work.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = call()
+                except BaseException as exc:  # noqa: BLE001  # handed to the awaiting coroutine, as ThreadPoolExecutor does
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            self._daemon_idle.release()
+
+
 class AsyncLane:
     """One process's event loop thread and the threads of its running async jobs."""
 
@@ -110,6 +159,9 @@ class AsyncLane:
         self.concurrency = concurrency
         self._slots = threading.Semaphore(concurrency)
         self._loop = asyncio.new_event_loop()
+        self._loop.set_default_executor(
+            DaemonThreadExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="jobsapp.async-io")
+        )
         self._loop_thread: threading.Thread | None = None
         self._work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._threads_lock = threading.Lock()

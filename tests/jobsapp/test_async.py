@@ -16,7 +16,7 @@ import pytest
 from jobsapp import Job, JobTimeout, aio, job, results, testing
 from jobsapp.celery import shared_task
 from jobsapp.error_fields import decompress_backtrace
-from tests.testapp.jobs import RAN_KEY, AsyncExplode, AsyncNap, AsyncSyncToAsync, Noop, Record, Sleep, TrackedAsync
+from tests.testapp.jobs import RAN_KEY, AsyncBlockingCall, AsyncExplode, AsyncNap, AsyncSyncToAsync, Noop, Record, Sleep, TrackedAsync
 from tests.testapp.tasks import async_multiply, celery_async_add
 from tests.workers import WorkerProcess, wait_until, worker_database_url
 
@@ -241,6 +241,19 @@ def test_term_cancels_async_jobs_at_the_deadline_and_puts_them_back_at_the_front
     assert redis.zcard("retry") == 0 and redis.zcard("dead") == 0
     assert redis.llen(f"jobsapp:inflight:{worker.identity}") == 0
     assert ran(redis) == []
+
+
+@slow
+def test_a_job_awaiting_a_blocking_call_in_a_thread_does_not_hold_the_process_at_shutdown(redis_server, redis):
+    # Given an async job awaiting asyncio.to_thread(time.sleep, 30)
+    AsyncBlockingCall.perform_async(30, "blocked")
+    worker = WorkerProcess(["-c", "1", "-t", "1"], redis_url=redis_server.url).start()
+    wait_until(lambda: redis.llen("test:started") == 1, message="the job started")
+    # When the process is told to stop, Then it exits soon after the deadline and the job is back
+    started = time.monotonic()
+    worker.stop()
+    assert time.monotonic() - started < 8
+    assert redis.llen("queue:default") == 1 and redis.zcard("retry") == 0
 
 
 @slow

@@ -354,3 +354,12 @@ class RecordsChain(ServerMiddleware):
         finally:
             get_redis().rpush("test:chain", json.dumps(seen))
         return result
+
+
+class AsyncBlockingCall(Job):
+    """Awaits a blocking call run in a thread (asyncio.to_thread), as a job should call blocking code."""
+
+    async def perform(self, seconds, value):
+        await asyncio.to_thread(get_redis().rpush, "test:started", value)
+        await asyncio.to_thread(time.sleep, seconds)
+        await asyncio.to_thread(get_redis().rpush, RAN_KEY, value)
