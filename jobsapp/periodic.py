@@ -38,7 +38,7 @@ import redis
 from croniter import croniter
 from django.core.exceptions import ImproperlyConfigured
 
-from . import keys, registry, scripts
+from . import expiry, keys, registry, scripts
 from .clock import SYSTEM_CLOCK, Clock
 from .component import PollingComponent
 from .conf import jobs_settings
@@ -267,6 +267,8 @@ def claim(client: redis.Redis, definition: Definition, tick: int, *, created_at:
     jid = new_jid()
     item = definition.item(jid)
     item["created_at"] = created_at
+    if expiry.EXPIRES_IN_KEY in item:  # the script pushes it now: it expires expires_in from now
+        expiry.stamp(item, scheduled_at=None, timestamp=created_at)
     moment = dt.datetime.fromtimestamp(tick, dt.UTC)
     pushed, outcome = scripts.periodic_claim(
         client,

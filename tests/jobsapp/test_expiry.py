@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from jobsapp import Job, client, sidekiq_options
+from jobsapp import Job, client, periodic, sidekiq_options
 from jobsapp.api import Stats
 from jobsapp.connection import get_redis
 from jobsapp.fetch import UnitOfWork
@@ -17,7 +17,7 @@ from jobsapp.middleware import ServerMiddleware
 from jobsapp.payload import decode
 from jobsapp.processor import Processor
 from jobsapp.retry import RetryPolicy
-from tests.testapp.jobs import RAN_KEY, Record, UniqueRecord
+from tests.testapp.jobs import RAN_KEY, ExpiringRecord, Record, UniqueRecord
 from tests.workers import WorkerProcess, wait_until
 
 INFLIGHT = "jobsapp:inflight:expiry-test"
@@ -135,3 +135,16 @@ def test_a_worker_drops_an_expired_job_and_runs_the_rest(redis_server, redis):
     assert redis.lrange(RAN_KEY, 0, -1) == [b"fresh"]
     assert redis.get("jobsapp:stat:expired") == b"1"
     assert "expired" in worker.output and redis.llen(f"jobsapp:inflight:{worker.identity}") == 0
+
+
+def test_a_periodic_job_with_expires_in_expires_that_long_after_its_tick_is_pushed(redis):
+    # Given a periodic job whose class has 30 s to start
+    job = periodic.build("expiring", {"class": ExpiringRecord.wire_name(), "every": 10})
+    now = periodic.server_time(get_redis())
+    periodic.register(get_redis(), job, server_now=now - 10)
+    # When its tick is claimed (the claim script pushes it)
+    pushed, outcome, jid = periodic.claim(get_redis(), job, job.previous_tick(now), created_at=now)
+    # Then the payload carries Pro's expires_at, 30 s after the push
+    assert (pushed, outcome) == (True, "enqueued")
+    (item,) = queued(redis)
+    assert item["jid"] == jid and item["expires_in"] == 30 and item["expires_at"] == pytest.approx(now + 30)

@@ -363,3 +363,8 @@ class AsyncBlockingCall(Job):
         await asyncio.to_thread(get_redis().rpush, "test:started", value)
         await asyncio.to_thread(time.sleep, seconds)
         await asyncio.to_thread(get_redis().rpush, RAN_KEY, value)
+
+
+@sidekiq_options(expires_in=30)
+class ExpiringRecord(Record):
+    """Record, with 30 s to start (tests/jobsapp/test_expiry.py)."""
