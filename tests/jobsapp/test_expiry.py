@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 from jobsapp import Job, client, periodic, sidekiq_options
 from jobsapp.api import Stats
@@ -148,3 +151,19 @@ def test_a_periodic_job_with_expires_in_expires_that_long_after_its_tick_is_push
     assert (pushed, outcome) == (True, "enqueued")
     (item,) = queued(redis)
     assert item["jid"] == jid and item["expires_in"] == 30 and item["expires_at"] == pytest.approx(now + 30)
+
+
+@pytest.mark.django_db
+def test_the_expired_count_is_on_the_dashboard_the_stats_json_and_the_metrics(redis, django_user_model):
+    # Given three jobs counted expired
+    redis.set("jobsapp:stat:expired", 3)
+    staff = Client()
+    staff.force_login(django_user_model.objects.create_user("ops", password="pw-ops-123", is_staff=True))
+    # When the overview, its polled JSON and the Prometheus metrics are read
+    overview = staff.get(reverse("jobsapp:overview")).content.decode()
+    stats = staff.get(reverse("jobsapp:stats_json")).json()
+    metrics = staff.get(reverse("jobsapp:metrics")).content.decode()
+    # Then each shows it
+    assert re.search(r'data-stat="expired">3<', overview) and ">Expired<" in overview
+    assert stats["expired"] == 3
+    assert re.search(r"^jobs_expired_total 3\.0$", metrics, flags=re.MULTILINE)
