@@ -20,11 +20,14 @@ from collections.abc import Callable
 from django.db import connections
 
 from . import connection
+from .clock import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger("jobsapp.supervisor")
 
 #: A slot restarted more often than this in a minute is a crash loop: its next restart waits.
 RESTARTS_PER_MINUTE = 5
+#: The longest a crash-looping slot waits for its restart.
+MAX_RESTART_DELAY_SECONDS = 30.0
 #: Extra seconds the children get past their own shutdown timeout before they are killed.
 KILL_GRACE_SECONDS = 10.0
 
@@ -32,8 +35,9 @@ KILL_GRACE_SECONDS = 10.0
 class Supervisor:
     """The parent of ``-P N`` children: forks, restarts the dead, forwards signals."""
 
-    def __init__(self, *, processes: int, timeout_seconds: float, run_child: Callable[[int], int]) -> None:
+    def __init__(self, *, processes: int, timeout_seconds: float, run_child: Callable[[int], int], clock: Clock = SYSTEM_CLOCK) -> None:
         self.processes = processes
+        self.clock = clock
         self.timeout_seconds = timeout_seconds
         #: Runs in the forked child with the slot number; returns the child's exit code.
         self.run_child = run_child
@@ -62,6 +66,18 @@ class Supervisor:
         self.children[pid] = slot_number
         logger.info("started worker process %d in slot %d", pid, slot_number)
 
+    def restart_delay_seconds(self, slot_number: int) -> float:
+        """Note that the child in ``slot_number`` died; the seconds to wait before its restart: 0,
+        unless the slot died more than ``RESTARTS_PER_MINUTE`` times in the last minute (a crash
+        loop: 2, 4, 8 ... up to ``MAX_RESTART_DELAY_SECONDS``)."""
+        now = self.clock.monotonic()
+        history = [moment for moment in self.restarts.get(slot_number, []) if moment > now - 60]
+        history.append(now)
+        self.restarts[slot_number] = history
+        if len(history) > RESTARTS_PER_MINUTE:
+            return min(MAX_RESTART_DELAY_SECONDS, 2.0 ** (len(history) - RESTARTS_PER_MINUTE))
+        return 0.0
+
     def _forward(self, signum: int) -> None:
         for pid in list(self.children):
             try:
@@ -88,15 +104,15 @@ class Supervisor:
             for slot_number, due in list(delayed.items()):
                 if self.stopping:
                     delayed.clear()
-                elif due <= time.monotonic():
+                elif due <= self.clock.monotonic():
                     del delayed[slot_number]
                     self._spawn(slot_number)
             if self.stopping and deadline is None:
-                deadline = time.monotonic() + self.timeout_seconds + KILL_GRACE_SECONDS
-            if deadline is not None and time.monotonic() > deadline:
+                deadline = self.clock.monotonic() + self.timeout_seconds + KILL_GRACE_SECONDS
+            if deadline is not None and self.clock.monotonic() > deadline:
                 logger.error("children did not stop in time; killing them")
                 self._forward(signal.SIGKILL)
-                deadline = time.monotonic() + 5
+                deadline = self.clock.monotonic() + 5
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:  # no child right now: only postponed restarts are left
@@ -112,14 +128,10 @@ class Supervisor:
             if self.stopping:
                 continue
             code = os.waitstatus_to_exitcode(status)
-            history = [moment for moment in self.restarts.get(slot_number, []) if moment > time.monotonic() - 60]
-            history.append(time.monotonic())
-            self.restarts[slot_number] = history
-            if len(history) > RESTARTS_PER_MINUTE:
-                # a crash loop: restart this slot later, without holding up the other slots
-                delay_seconds = min(30.0, 2.0 ** (len(history) - RESTARTS_PER_MINUTE))
+            delay_seconds = self.restart_delay_seconds(slot_number)
+            if delay_seconds:  # a crash loop: restart this slot later, without holding up the other slots
                 logger.error("worker process %d in slot %d exited (%s); restarting it in %.0f s", pid, slot_number, code, delay_seconds)
-                delayed[slot_number] = time.monotonic() + delay_seconds
+                delayed[slot_number] = self.clock.monotonic() + delay_seconds
                 continue
             logger.error("worker process %d in slot %d exited (%s); restarting it", pid, slot_number, code)
             self._spawn(slot_number)
