@@ -14,7 +14,8 @@ Threads (all daemons, named), for a fetch strategy that takes batches (reliable 
   a free slot, and the thread goes back for the next unit; while the lane is full the thread
   waits with its unit (counted busy, so the fetcher takes no more). The lane's running jobs are
   in the running set (the busy list) under pseudo thread ids, and are recorded and acknowledged
-  like any other; fair fetch counts only the processor threads.
+  like any other; fair fetch counts the processor threads, and while the latest job taken was
+  async, the lane's free slots too.
 - ``jobsapp.acker`` acknowledges finished jobs and adds to the stats counters in batches
   (``jobsapp.acker``).
 
@@ -42,7 +43,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from itertools import chain
 
-from . import faults
+from . import faults, registry
 from .acker import Acker
 from .aio import PSEUDO_THREAD_ID_BASE, AsyncLane
 from .backoff import Backoff, call_with_retry
@@ -110,6 +111,9 @@ class Manager:
         self._buffer: deque[UnitOfWork] = deque()
         self._running: dict[int, Running] = {}  # thread id (or an async job's pseudo id) -> its job
         self._async_running = 0  # entries of _running that are async jobs in the lane
+        # whether the latest job this process took was async (it needs a lane slot, not a thread;
+        # see _fetch_target); at start, whether any registered job class is
+        self._async_lately = async_lane is not None and any(registry.lookup(name).is_async for name in registry.names())
         self._quiet = threading.Event()
         self._processors_done = False
 
@@ -312,6 +316,7 @@ class Manager:
             self._running.pop(ident, None)
             if ident < PSEUDO_THREAD_ID_BASE:  # the look-ahead models the processor threads' turnover
                 self._job_seconds = _moving_average(self._job_seconds, result.elapsed_seconds)
+                self._async_lately = False
             else:
                 self._async_running -= 1
             if self._below_low_water(self._fetch_target()):
@@ -339,6 +344,7 @@ class Manager:
             running = self._running.pop(ident)
             self._running[pseudo] = running
             self._async_running += 1
+            self._async_lately = True
             if self._below_low_water(self._fetch_target()):
                 self._room.notify()
         lane.submit(lambda: self._run(pseudo, unit))
@@ -346,8 +352,12 @@ class Manager:
     def _fetch_target(self) -> int:
         """Under _lock: how many fetched, unstarted jobs this process may hold now: one per idle
         thread, plus the jobs its threads finish during one fetch round trip (twice that, for
-        margin; 0 while jobs outlast a round trip), at most a batch."""
+        margin; 0 while jobs outlast a round trip), at most a batch. While the latest job taken was
+        async, no more than the async lane's free slots either: a process does not hold async
+        jobs it cannot start (they spread over the processes with free slots)."""
         idle = max(0, self.concurrency - (len(self._running) - self._async_running))
+        if self._async_lately and self.async_lane is not None:
+            return min(self.capacity, idle, self.async_lane.concurrency - self._async_running)
         lookahead = 0
         if self._job_seconds is not None and self._fetch_seconds is not None:
             lookahead = int(2 * self.concurrency * self._fetch_seconds / max(self._job_seconds, 1e-6))
