@@ -67,6 +67,15 @@ def test_async_function_jobs_and_tasks_are_async_jobs():
             return None
 
 
+@pytest.mark.parametrize("value", ["0", "10001"])
+def test_an_absurd_async_concurrency_is_refused_with_the_limit(value):
+    # When runworkers is given an async lane of 0 or past the limit, Then it refuses before starting
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--async-concurrency must be between 1 and 10000"):
+        call_command("runworkers", "--async-concurrency", value)
+
+
 # --- in this process ----------------------------------------------------------------------
 
 
