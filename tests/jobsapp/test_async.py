@@ -15,7 +15,18 @@ import pytest
 from jobsapp import Job, JobTimeout, aio, job, results, testing
 from jobsapp.celery import shared_task
 from jobsapp.error_fields import decompress_backtrace
-from tests.testapp.jobs import RAN_KEY, AsyncBlockingCall, AsyncExplode, AsyncNap, AsyncSyncToAsync, Noop, Record, Sleep, TrackedAsync
+from tests.testapp.jobs import (
+    RAN_KEY,
+    AsyncBlockingCall,
+    AsyncExplode,
+    AsyncNap,
+    AsyncOrmCount,
+    AsyncSyncToAsync,
+    Noop,
+    Record,
+    Sleep,
+    TrackedAsync,
+)
 from tests.testapp.tasks import async_multiply, celery_async_add
 from tests.workers import WorkerProcess, wait_until, worker_database_url
 
@@ -342,3 +353,18 @@ def test_a_tracked_async_job_records_its_attempt_and_finish(redis_server, redis,
     # Then its event went through working (one attempt) to a final finish
     event = Event.objects.get(job_id=jid)
     assert event.attempts == 1 and event.is_final and event.status == "finish"
+
+
+@slow
+@pytest.mark.django_db(transaction=True)
+def test_an_async_job_uses_djangos_async_orm(redis_server, redis):
+    from django.contrib.auth.models import User
+
+    # Given two users, and an async job that counts them with the async ORM
+    User.objects.create(username="ada")
+    User.objects.create(username="grace")
+    AsyncOrmCount.perform_async()
+    # When a worker on the same database runs it, Then it counted them
+    with WorkerProcess(["-c", "1"], redis_url=redis_server.url, env={"DATABASE_URL": worker_database_url()}):
+        wait_until(lambda: redis.llen("test:orm") == 1, message="the job counted")
+    assert redis.lindex("test:orm", 0) == b"2"

@@ -368,3 +368,13 @@ class AsyncBlockingCall(Job):
 @sidekiq_options(expires_in=30)
 class ExpiringRecord(Record):
     """Record, with 30 s to start (tests/jobsapp/test_expiry.py)."""
+
+
+class AsyncOrmCount(Job):
+    """Counts users with Django's async ORM and records the count (test:orm)."""
+
+    async def perform(self):
+        from django.contrib.auth.models import User
+
+        count = await User.objects.acount()
+        await asyncio.to_thread(get_redis().rpush, "test:orm", count)
