@@ -116,59 +116,61 @@ def record(
 
 
 def apply(changes: Sequence[Change], *, shard: int | None = None) -> list[bool]:
-    """Apply ``changes`` in order, in one transaction (the caller's, if it has one), then finish
+    """Apply ``changes`` in order, in one transaction (the caller's, if it has one), and finish
     the tasks they complete; for each change, True when it changed its event. Counts move in
     ``shard`` (default: the thread's)."""
     if not changes:
         return []
-    # Inside the caller's transaction, check for finished tasks there too: its commit may come
-    # much later (or, in a test, never).
+    # Inside the caller's transaction, check there too: its commit may come much later (or, in a
+    # test, never).
     nested = connection.in_atomic_block
     with transaction.atomic():
         written = recorder.write(changes, recorder.thread_shard() if shard is None else shard)
-        if written.to_check:
-            if not connection.features.has_select_for_update:
-                # SQLite: this transaction is the one writer, so what it sees is everything.
-                _settle(written.to_check, written.now)
+        # Complete as this transaction sees it: lock and look again before finishing.
+        recheck = _settle([task.task_id for task in written.complete], written.now) if written.complete else set()
+        recheck |= written.unsure | written.duplicates_of
+        if recheck:
+            if nested or not connection.features.has_select_for_update:
+                _settle(recheck, written.now)
             else:
-                # Elsewhere a concurrent transaction may settle the rest of a task and commit
-                # first, unseen from here: check after commit, when the last of them to commit
-                # sees them all.
-                recheck = _settle(written.to_check, written.now) if nested else written.to_check
-                if recheck:
-                    transaction.on_commit(lambda: settle_check(recheck), robust=True)
+                transaction.on_commit(lambda: settle_check(recheck), robust=True)
     return written.results
+
+
+def _finish(task: recorder.TaskProgress, now: datetime) -> None:
+    """Finish a complete task (its row locked by this transaction), or add its follow-up job."""
+    if task.then_class and not task.then_queued:
+        queue_follow_up(task.task_id, now=now)
+    elif recorder.mark_finished(task.task_id, now) and task.has_callbacks:
+        fire_callbacks(task.task_id)  # on_complete / on_success, at most once each
 
 
 def _settle(task_ids: Iterable[str], now: datetime) -> set[str]:
     """Finish (or add the follow-up job to) each of ``task_ids`` whose events have all settled, in
     the caller's transaction; returns the ones still unfinished."""
     unfinished: set[str] = set()
-    for task_id, total, settled, then_class, then_queued, has_callbacks in recorder.progress(sorted(task_ids)):
-        if settled < total:
-            unfinished.add(task_id)
+    for task in recorder.progress(sorted(task_ids)):
+        if not task.complete:
+            unfinished.add(task.task_id)
             continue
         if connection.features.has_select_for_update:
             # Complete as far as this transaction sees: lock the row, then look again (a new
             # statement sees whatever committed meanwhile: a job joining, a reopen). SQLite has
             # nothing to lock: this transaction is its one writer.
-            recorder.lock_task(task_id)
-            again = recorder.progress([task_id])
-            if not again or again[0][2] < again[0][1]:
-                unfinished.update(row[0] for row in again)
+            recorder.lock_task(task.task_id)
+            again = recorder.progress([task.task_id])
+            if not again or not again[0].complete:
+                unfinished.update(row.task_id for row in again)
                 continue
-            _, total, settled, then_class, then_queued, has_callbacks = again[0]
-        if then_class and not then_queued:
-            queue_follow_up(task_id, now=now)
-        elif recorder.mark_finished(task_id, now) and has_callbacks:
-            fire_callbacks(task_id)  # on_complete / on_success, at most once each
+            task = again[0]
+        _finish(task, now)
     return unfinished
 
 
 def settle_check(task_ids: Iterable[str], *, now: datetime | None = None) -> None:
     """Finish the tasks among ``task_ids`` whose events have all settled (own transaction, only
     when one looks complete)."""
-    complete = [row[0] for row in recorder.progress(sorted(task_ids)) if row[2] >= row[1]]
+    complete = [task.task_id for task in recorder.progress(sorted(task_ids)) if task.complete]
     if complete:
         with transaction.atomic():
             _settle(complete, now or timezone.now())

@@ -78,11 +78,16 @@ class _TaskDelta:
 
 @dataclass(slots=True)
 class Written:
-    """What ``write`` did: for each change, whether it changed its event; the tasks whose finish
-    check is due (an event settled, or a late duplicate found one final); the batch's time."""
+    """What ``write`` did: for each change, whether it changed its event; the tasks it settled
+    events of and found complete, as this transaction sees them (every event settled, still
+    unfinished; not locked); those it left incomplete but cannot be sure of (PostgreSQL: see
+    ``tracking.launching``: checked again after commit); the tasks of late duplicates (an event
+    already final: a finish check may have been lost); the batch's time."""
 
     results: list[bool]
-    to_check: set[str]
+    complete: list[TaskProgress]
+    unsure: set[str]
+    duplicates_of: set[str]
     now: datetime
 
 
@@ -101,19 +106,17 @@ def thread_shard() -> int:
 
 
 def write(changes: Sequence[Change], shard: int) -> Written:
-    """Apply ``changes`` in order to their events and add the counts to ``shard``, in the caller's
-    transaction (``tracking.launching.apply`` opens it and runs the finish check after)."""
+    """Apply ``changes`` in order to their events, add the counts to ``shard`` and the settled
+    events to their tasks, in the caller's transaction (``tracking.launching.apply`` opens it and
+    finishes the tasks this finds complete)."""
     job_ids = list(dict.fromkeys(change.job_id for change in changes))
-    states = _read_states(job_ids)
+    wanted = {change.job_id for change in changes if change.message is not None or change.entries}
+    states = _read_states(job_ids, wanted)
     missing = [change.item for change in changes if change.job_id not in states and change.item is not None]
     if missing:
         for item in {str(item["jid"]): item for item in missing}.values():
             record_enqueue(item)
-        states.update(_read_states([str(item["jid"]) for item in missing]))
-    wanted = [change.job_id for change in changes if (change.message is not None or change.entries) and change.job_id in states]
-    if wanted:
-        for job_id, messages in Event.objects.filter(job_id__in=set(wanted)).values_list("job_id", "messages"):
-            states[job_id].messages = list(messages or [])
+        states.update(_read_states([str(item["jid"]) for item in missing], wanted))
 
     results: list[bool] = []
     final_seen: set[str] = set()
@@ -139,66 +142,145 @@ def write(changes: Sequence[Change], shard: int) -> Written:
 
     changed = [state for state in states.values() if state.changes]
     now = max((change.at for change in changes), default=timezone.now())
-    settling: set[str] = set()
-    if changed:
-        _write_events(changed)
-        deltas = _count_deltas(changed)
-        _add_counts(deltas, shard, now)
-        _touch_tasks(deltas, now)
-        settling = {task_id for task_id, delta in deltas.items() if delta.counts["settled"] > 0}
-    return Written(results, settling | final_seen, now)
+    if not changed:
+        return Written(results, [], set(), final_seen, now)
+    deltas = _count_deltas(changed)
+    if connection.vendor == "postgresql":
+        seen = _write_postgresql(changed, deltas, shard, now)
+    else:
+        seen = _write_one_by_one(changed, deltas, shard, now)
+    _touch_tasks(deltas, now)
+    settling = {task_id for task_id, delta in deltas.items() if delta.counts["settled"] > 0}
+    complete = [task for task in seen if task.complete and task.task_id in settling | final_seen]
+    done = {task.task_id for task in complete}
+    # Only SQLite's one writer sees everything; elsewhere a task this batch leaves incomplete may
+    # be completed by a concurrent writer's commit that it cannot see yet.
+    unsure = set() if connection.vendor != "postgresql" else settling - done
+    return Written(results, complete, unsure, final_seen - done, now)
 
 
-def _read_states(job_ids: Sequence[str]) -> dict[str, _EventState]:
-    """The events of ``job_ids``, locked for this transaction where the database locks rows."""
+def _write_postgresql(changed: Sequence[_EventState], deltas: dict[str, _TaskDelta], shard: int, now: datetime) -> list[TaskProgress]:
+    """The batch in one statement: the events, the counter shard, and each task's progress as
+    this transaction sees it (its own shard row as just updated, the others as committed when
+    the statement started)."""
+    events_sql, events_params = _events_update(changed)
+    counts_sql, counts_params = _counts_upsert(deltas, shard, now)
+    tasks = connection.ops.quote_name(Task._meta.db_table)
+    counters = connection.ops.quote_name(TaskCounter._meta.db_table)
+    # Identifiers from model metadata only; every value is a parameter.
+    others = f"(SELECT SUM(o.settled) FROM {counters} o WHERE o.task_id = t.id AND o.shard <> c.shard)"  # noqa: S608
+    sql = (
+        f"WITH events AS ({events_sql}), counters AS ({counts_sql} RETURNING task_id, shard, settled) "  # noqa: S608
+        f"SELECT {_progress_columns('t', f'c.settled + COALESCE({others}, 0)')} FROM counters c JOIN {tasks} t ON t.id = c.task_id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*events_params, *counts_params])
+        return [TaskProgress.from_row(row) for row in cursor.fetchall()]
+
+
+def _write_one_by_one(changed: Sequence[_EventState], deltas: dict[str, _TaskDelta], shard: int, now: datetime) -> list[TaskProgress]:
+    """SQLite (in-process statements, one writer at a time): a statement per table, then the
+    tasks' progress read back."""
+    table = connection.ops.quote_name(Event._meta.db_table)
+    adapt = connection.ops.adapt_datetimefield_value
+    counts_sql, counts_params = _counts_upsert(deltas, shard, now)
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {table} SET status = %s, is_final = %s, attempts = attempts + %s, revision = revision + %s, "  # noqa: S608
+            "updated_at = %s, messages = COALESCE(%s, messages) WHERE id = %s",
+            [
+                (state.status, state.final, state.attempts, state.changes, adapt(state.updated_at), _messages_json(state), state.id)
+                for state in changed
+            ],
+        )
+        cursor.execute(counts_sql, counts_params)
+    return progress(sorted(deltas), unfinished_only=False)
+
+
+def _progress_columns(alias: str, settled: str | None = None) -> str:
+    """What ``TaskProgress.from_row`` reads, of the task table named ``alias`` (``settled``: the
+    expression of its settled events; by default the sum of its counter shards)."""
+    if settled is None:
+        counters = connection.ops.quote_name(TaskCounter._meta.db_table)
+        settled = f"(SELECT COALESCE(SUM(c.settled), 0) FROM {counters} c WHERE c.task_id = {alias}.id)"  # noqa: S608
+    return (
+        f"{alias}.id, {alias}.total, {settled}, CASE WHEN {alias}.finished_at IS NULL THEN 1 ELSE 0 END, {alias}.then_class, "
+        f"{alias}.then_queued, CASE WHEN {alias}.on_complete_class <> '' OR {alias}.on_success_class <> '' THEN 1 ELSE 0 END"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TaskProgress:
+    """A task row as the finish check reads it."""
+
+    task_id: str
+    total: int
+    settled: int
+    unfinished: bool
+    then_class: str
+    then_queued: bool
+    #: An ``on_complete`` or ``on_success`` class is set (a task without one finishes without
+    #: reading them).
+    has_callbacks: bool
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> TaskProgress:
+        task_id, total, settled, unfinished, then_class, then_queued, callbacks = row
+        return cls(str(task_id), int(total), int(settled), bool(unfinished), str(then_class), bool(then_queued), bool(callbacks))
+
+    @property
+    def complete(self) -> bool:
+        """Unfinished, and every event settled: time to finish it (or add its follow-up job)."""
+        return self.unfinished and self.settled >= self.total
+
+
+def _read_states(job_ids: Sequence[str], wanted: set[str]) -> dict[str, _EventState]:
+    """The events of ``job_ids``, locked for this transaction where the database locks rows, with
+    the messages of those in ``wanted`` (the others' are not read: they can be long)."""
     if not job_ids:
         return {}
     table = connection.ops.quote_name(Event._meta.db_table)
     placeholders = ", ".join(["%s"] * len(job_ids))
+    wanted_ids = [job_id for job_id in job_ids if job_id in wanted] or [""]
+    wanted_placeholders = ", ".join(["%s"] * len(wanted_ids))
     # Identifiers from model metadata only; every value is a parameter.
-    sql = f"SELECT id, job_id, task_id, status, is_final FROM {table} WHERE job_id IN ({placeholders})"  # noqa: S608
+    sql = (
+        f"SELECT id, job_id, task_id, status, is_final, CASE WHEN job_id IN ({wanted_placeholders}) THEN messages END "  # noqa: S608
+        f"FROM {table} WHERE job_id IN ({placeholders})"
+    )
     if connection.features.has_select_for_update:
         sql += " ORDER BY id FOR UPDATE"
     with connection.cursor() as cursor:
-        cursor.execute(sql, list(job_ids))
+        cursor.execute(sql, [*wanted_ids, *job_ids])
         rows = cursor.fetchall()
-    return {
-        job_id: _EventState(event_id, task_id, status, bool(final), (status, bool(final)))
-        for event_id, job_id, task_id, status, final in rows
-    }
+    states = {}
+    for event_id, job_id, task_id, status, final, messages in rows:
+        state = _EventState(event_id, task_id, status, bool(final), (status, bool(final)))
+        if job_id in wanted:
+            if isinstance(messages, str):  # SQLite returns JSON as text
+                messages = json.loads(messages)
+            state.messages = list(messages or [])
+        states[job_id] = state
+    return states
 
 
-def _write_events(changed: Sequence[_EventState]) -> None:
-    """One UPDATE per event on SQLite (in-process calls), one statement for all on PostgreSQL."""
+def _messages_json(state: _EventState) -> str | None:
+    return None if state.messages is None else json.dumps(state.messages)
+
+
+def _events_update(changed: Sequence[_EventState]) -> tuple[str, list[Any]]:
+    """PostgreSQL: one UPDATE of every changed event."""
     table = connection.ops.quote_name(Event._meta.db_table)
-    adapt = connection.ops.adapt_datetimefield_value
-    rows = [
-        (
-            state.id,
-            state.status,
-            state.final,
-            state.attempts,
-            state.changes,
-            adapt(state.updated_at),
-            None if state.messages is None else json.dumps(state.messages),
-        )
-        for state in changed
-    ]
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            values = ", ".join(["(%s::bigint, %s::text, %s::boolean, %s::int, %s::int, %s::timestamptz, %s::jsonb)"] * len(rows))
-            cursor.execute(
-                f"UPDATE {table} AS e SET status = v.status, is_final = v.final, attempts = e.attempts + v.attempts, "  # noqa: S608
-                "revision = e.revision + v.changes, updated_at = v.updated_at, messages = COALESCE(v.messages, e.messages) "
-                f"FROM (VALUES {values}) AS v (id, status, final, attempts, changes, updated_at, messages) WHERE e.id = v.id",
-                [value for row in rows for value in row],
-            )
-        else:
-            cursor.executemany(
-                f"UPDATE {table} SET status = %s, is_final = %s, attempts = attempts + %s, revision = revision + %s, "  # noqa: S608
-                "updated_at = %s, messages = COALESCE(%s, messages) WHERE id = %s",
-                [(*row[1:], row[0]) for row in rows],
-            )
+    values = ", ".join(["(%s::bigint, %s::text, %s::boolean, %s::int, %s::int, %s::timestamptz, %s::jsonb)"] * len(changed))
+    params: list[Any] = []
+    for state in changed:
+        params += [state.id, state.status, state.final, state.attempts, state.changes, state.updated_at, _messages_json(state)]
+    sql = (
+        f"UPDATE {table} AS e SET status = v.status, is_final = v.final, attempts = e.attempts + v.attempts, "  # noqa: S608
+        "revision = e.revision + v.changes, updated_at = v.updated_at, messages = COALESCE(v.messages, e.messages) "
+        f"FROM (VALUES {values}) AS v (id, status, final, attempts, changes, updated_at, messages) WHERE e.id = v.id"
+    )
+    return sql, params
 
 
 def _count_deltas(changed: Sequence[_EventState]) -> dict[str, _TaskDelta]:
@@ -221,10 +303,12 @@ def add_counts(task_id: str, shard: int, now: datetime, **counts: int) -> None:
     """Add ``counts`` (TaskCounter columns) to the task's ``shard`` row, creating it if needed."""
     delta = _TaskDelta()
     delta.counts.update(counts)
-    _add_counts({task_id: delta}, shard, now)
+    sql, params = _counts_upsert({task_id: delta}, shard, now)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
-def _add_counts(deltas: dict[str, _TaskDelta], shard: int, now: datetime) -> None:
+def _counts_upsert(deltas: dict[str, _TaskDelta], shard: int, now: datetime) -> tuple[str, list[Any]]:
     table = connection.ops.quote_name(TaskCounter._meta.db_table)
     columns = [connection.ops.quote_name(name) for name in TALLY_FIELDS]
     stamp = connection.ops.adapt_datetimefield_value(now)
@@ -237,8 +321,7 @@ def _add_counts(deltas: dict[str, _TaskDelta], shard: int, now: datetime) -> Non
         + ", ".join(f"{column} = {table}.{column} + excluded.{column}" for column in columns)
         + ", updated_at = excluded.updated_at"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [value for row in rows for value in row])
+    return sql, [value for row in rows for value in row]
 
 
 #: Tasks this process has seen started (their started_at is set): not written again.
@@ -258,24 +341,19 @@ def _touch_tasks(deltas: dict[str, _TaskDelta], now: datetime) -> None:
         Task.objects.filter(pk__in=reopened).update(finished_at=None, revision=F("revision") + 1, updated_at=now)
 
 
-def progress(task_ids: Sequence[str]) -> list[tuple[str, int, int, str, bool, bool]]:
-    """(id, total, settled, then_class, then_queued, has_callbacks) of the unfinished tasks among
-    ``task_ids`` (``has_callbacks``: an ``on_complete`` or ``on_success`` class is set, so a task
-    without one finishes without reading them)."""
+def progress(task_ids: Sequence[str], *, unfinished_only: bool = True) -> list[TaskProgress]:
+    """The rows of ``task_ids`` as the finish check reads them (only the unfinished ones, unless
+    ``unfinished_only`` is False)."""
+    if not task_ids:
+        return []
     tasks = connection.ops.quote_name(Task._meta.db_table)
-    counters = connection.ops.quote_name(TaskCounter._meta.db_table)
     placeholders = ", ".join(["%s"] * len(task_ids))
-    sql = (
-        f"SELECT t.id, t.total, (SELECT COALESCE(SUM(c.settled), 0) FROM {counters} c WHERE c.task_id = t.id), "  # noqa: S608
-        f"t.then_class, t.then_queued, CASE WHEN t.on_complete_class <> '' OR t.on_success_class <> '' THEN 1 ELSE 0 END "
-        f"FROM {tasks} t WHERE t.id IN ({placeholders}) AND t.finished_at IS NULL"
-    )
+    sql = f"SELECT {_progress_columns('t')} FROM {tasks} t WHERE t.id IN ({placeholders})"  # noqa: S608
+    if unfinished_only:
+        sql += " AND t.finished_at IS NULL"
     with connection.cursor() as cursor:
         cursor.execute(sql, list(task_ids))
-        return [
-            (task_id, int(total), int(settled), then_class, bool(queued), bool(callbacks))
-            for task_id, total, settled, then_class, queued, callbacks in cursor.fetchall()
-        ]
+        return [TaskProgress.from_row(row) for row in cursor.fetchall()]
 
 
 def lock_task(task_id: str) -> None:
