@@ -4,20 +4,33 @@ Touches the database only, never Redis, and never decides what a task does next:
 
 Which transition may start from which state is ``tracking.transitions`` (pure); this module
 applies a batch of them (one, or a writer's few hundred) with a fixed number of statements,
-however many events it touches (``write``):
+however many events it touches (``write``). On PostgreSQL, two:
 
-    SELECT id, job_id, task_id, status, is_final FROM event WHERE job_id IN (...)  [FOR UPDATE]
-    SELECT messages ... (only for events that get messages)
-    UPDATE event SET status, is_final, attempts, revision, updated_at, messages WHERE id = %s  (executemany)
-    INSERT INTO taskcounter ... ON CONFLICT (task, shard) DO UPDATE SET x = x + excluded.x  (one row per task)
-    UPDATE task ... (only when a task starts or reopens)
+    SELECT id, job_id, task_id, status, is_final, messages (only of events that get messages)
+        FROM event WHERE job_id IN (...) ORDER BY id FOR UPDATE
+    WITH events AS (UPDATE event ... FROM (VALUES ...)),
+         counters AS (INSERT INTO taskcounter ... ON CONFLICT (task, shard) DO UPDATE SET x = x + excluded.x
+                      RETURNING task_id, shard, settled)
+    SELECT task.id, total, counters.settled + (the other shards' settled), ... FROM counters JOIN task
+
+and an UPDATE of the task row only when a task starts (once per process) or reopens. SQLite (one
+writer, in-process calls) runs the UPDATE per event, the upsert and the progress read one by one.
 
 The events are read under the writer's lock (SQLite: ``BEGIN IMMEDIATE``, the one writer;
 PostgreSQL: ``FOR UPDATE`` in id order), so each transition is decided on the row it changes and
 the counts move by exactly the events changed, in the same transaction: they always equal what
-the events say. Locks are always taken events, then counter shards, then the task row (the
-enqueue side takes the task row, then a new event, then shard 0, which only it uses), so writers
-never deadlock.
+the events say. The statement that counts also returns each task's settled events as this
+transaction sees them (its own shard as just updated, the others' as committed), so a task it
+completes is finished in the same transaction (``tracking.launching`` locks the row and reads it
+again first); a task it leaves incomplete may still be completed by a concurrent writer that
+committed unseen, which is why PostgreSQL checks those again after commit.
+
+Locks are always taken events (in id order), then the writer's own counter shard, then task rows
+(the enqueue side takes the task row, then a new event, then shard 0, which no recording writer
+takes), so writers do not wait on each other's counter rows and the busy path cannot deadlock. Only
+the rare task-row writes of two batches (a task's first start in this process, a reopen, a
+finish) could meet in opposite orders; PostgreSQL detects that and rolls one back, and the writer
+retries it (``tracking.writer``).
 
 Also here: the enqueue side's rows (``record_enqueue`` for a job pushed one at a time,
 ``add_events`` for jobs added to a task, ``claim_follow_up``) and the reads and writes of the
