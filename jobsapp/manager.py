@@ -21,7 +21,8 @@ Threads (all daemons, named), for a fetch strategy that takes batches (reliable 
 
 With a per-thread strategy (``Fetch.per_thread``: basic fetch, Sidekiq's) there is no fetcher
 and no buffer: each processor thread blocks in its own fetch for the one job it runs next, so a
-process never holds a job it cannot start.
+process never holds a job it cannot start (while the latest job was async and the async lane is
+full, the threads wait for a free slot before fetching).
 
 Lifecycle: ``start()``; ``quiet()`` stops fetching and puts the buffered, not yet started jobs
 back at the front of their queues; ``stop(deadline)`` quiets, waits for running jobs until the
@@ -271,6 +272,11 @@ class Manager:
         """Per-thread fetch: block in this thread's own fetch for its next job, registered as
         running; None once quiet."""
         while not self._quiet.is_set():
+            if self._async_lately:  # and the async lane is full: take nothing this process cannot start (_fetch_target)
+                with self._lock:
+                    if self._fetch_target() == 0:
+                        self._room.wait(0.5)
+                        continue
             try:
                 units = self.fetch.take(1, block_seconds=self.block_seconds)
             except REDIS_ERRORS as exc:  # away, or refusing: nothing was taken; wait it out (one warning per thread and outage)
