@@ -8,7 +8,9 @@ which removes the jobs from the in-flight list (reliable fetch), adds to ``stat:
 drains many thousand jobs a second without a round trip per job.
 
 Wake-ups: a processor thread wakes the acker only when it is idle and waiting; while a batch is
-on its way to Redis the next one gathers without a wake-up per job.
+on its way to Redis the next one gathers without a wake-up per job. With a fetch that is not
+reliable (basic) an ack only counts, so the acker also lets jobs gather for
+``COUNT_ONLY_GATHER_SECONDS`` after each wake-up (the stats lag by at most that much).
 
 When Redis is away or refuses, the batch is resent as it was, with the same token, so
 ``ack.lua`` applies it once (the counters are not added twice when only the reply was lost);
@@ -35,6 +37,11 @@ logger = logging.getLogger("jobsapp.acker")
 #: The most acknowledgements sent in one ack.lua call.
 MAX_ACK_BATCH = 500
 
+#: With a fetch that is not reliable an ack only adds to the stats counters: after a wake-up the
+#: acker lets finished jobs gather this long, so it sends one call per many jobs, not per few.
+#: (Reliable fetch sends at once: a finished job waiting for its ack runs again after a crash.)
+COUNT_ONLY_GATHER_SECONDS = 0.005
+
 #: How long ``stop`` waits for the last batch to reach Redis.
 STOP_JOIN_SECONDS = 10.0
 
@@ -55,6 +62,7 @@ class Acker:
         self._waiting = False  # the thread waits for work: the next record wakes it
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._gather_seconds = 0.0 if fetch.reliable else COUNT_ONLY_GATHER_SECONDS
         self.durations = DurationCounter()  # under the acker's lock
         self.processed_total = 0
         self.failed_total = 0
@@ -100,6 +108,8 @@ class Acker:
             self._waiting = False
             if not (self._units or self._processed):
                 return None
+            if self._gather_seconds and not self._stopping:
+                self._ready.wait(self._gather_seconds)  # the lock is free meanwhile; only stop() notifies
             units = self._units[:MAX_ACK_BATCH]
             jids = self._jids[:MAX_ACK_BATCH]
             del self._units[:MAX_ACK_BATCH]

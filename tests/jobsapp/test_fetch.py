@@ -12,6 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from jobsapp import client
+from jobsapp.connection import CONNECTION_ERRORS as redis_errors
 from jobsapp.connection import get_redis, new_redis
 from jobsapp.fetch import BasicFetch, QueueOrder, ReliableFetch
 from tests.testapp.jobs import RAN_KEY, Record
@@ -157,3 +158,20 @@ def test_basic_fetch_skips_a_paused_queue(redis_server, redis):
         # And once resumed, its job runs within the pause cache's second (plus a BRPOP's wait)
         redis.srem("jobsapp:paused", "paused")
         wait_until(lambda: redis.llen(RAN_KEY) == 2, timeout_seconds=5)
+
+
+def test_basic_fetch_reconnects_after_its_connection_is_killed(redis):
+    # Given basic fetch whose thread holds its own connection for its BRPOPs
+    fetch = BasicFetch(QueueOrder.parse(["a"]), client=get_redis(), make_blocking_client=new_redis, rng=random.Random(1))
+    client.push({"class": "X", "args": [1], "queue": "a"})
+    assert fetch.take(1, block_seconds=1)[0].queue == "a"
+    (first_id,) = fetch._blocking_ids
+    # When Redis drops that connection, Then the next take reports it (nothing was popped)
+    redis.client_kill_filter(_id=first_id)
+    client.push({"class": "X", "args": [2], "queue": "a"})
+    with pytest.raises(redis_errors):
+        fetch.take(1, block_seconds=1)
+    assert redis.llen("queue:a") == 1
+    # And the one after opens a new connection, which quiet can unblock, and takes the job
+    assert fetch.take(1, block_seconds=1)[0].raw.startswith(b"{")
+    assert fetch._blocking_ids and first_id not in fetch._blocking_ids
