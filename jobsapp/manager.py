@@ -115,6 +115,7 @@ class Manager:
         # whether the latest job this process took was async (it needs a lane slot, not a thread;
         # see _fetch_target); at start, whether any registered job class is
         self._async_lately = async_lane is not None and any(registry.lookup(name).is_async for name in registry.names())
+        self._reserved_fetches = 0  # per-thread fetch: fetches under way into a free lane slot
         self._quiet = threading.Event()
         self._processors_done = False
 
@@ -272,27 +273,30 @@ class Manager:
         """Per-thread fetch: block in this thread's own fetch for its next job, registered as
         running; None once quiet."""
         while not self._quiet.is_set():
-            if self._async_lately:  # and the async lane is full: take nothing this process cannot start (_fetch_target)
+            reserved = self._async_lately  # the latest job was async: fetch only into a free lane slot, one fetch per slot
+            if reserved:
                 with self._lock:
-                    if self._fetch_target() == 0:
+                    if self._reserved_fetches >= self._fetch_target():
                         self._room.wait(0.5)
                         continue
+                    self._reserved_fetches += 1
+            units: list[UnitOfWork] = []
             try:
                 units = self.fetch.take(1, block_seconds=self.block_seconds)
             except REDIS_ERRORS as exc:  # away, or refusing: nothing was taken; wait it out (one warning per thread and outage)
                 backoff.pause(exc, self._quiet)
-                continue
             except Exception as exc:  # noqa: BLE001  # an engine bug: the thread must outlive it (a job popped and lost is basic fetch's risk)
                 backoff.pause(exc, self._quiet, unexpected=True)
-                continue
-            backoff.succeeded()
-            if not units:
-                continue
+            else:
+                backoff.succeeded()
             with self._lock:
-                if not self._quiet.is_set():
+                if reserved:  # released as the job is registered: it counts as running from here on
+                    self._reserved_fetches -= 1
+                if units and not self._quiet.is_set():
                     self._running[ident] = Running(units[0], time.time())
                     return units[0]
-            self._requeue(units, reason="quiet")  # popped as the process went quiet: back to the front
+            if units:
+                self._requeue(units, reason="quiet")  # popped as the process went quiet: back to the front
         return None
 
     def _run(self, ident: int, unit: UnitOfWork) -> None:
@@ -362,8 +366,8 @@ class Manager:
         async, no more than the async lane's free slots either: a process does not hold async
         jobs it cannot start (they spread over the processes with free slots)."""
         idle = max(0, self.concurrency - (len(self._running) - self._async_running))
-        if self._async_lately and self.async_lane is not None:
-            return min(self.capacity, idle, self.async_lane.concurrency - self._async_running)
+        if self._async_lately and self.async_lane is not None:  # any job a thread holds may be async: it needs a slot
+            return min(self.capacity, idle, self.async_lane.concurrency - len(self._running))
         lookahead = 0
         if self._job_seconds is not None and self._fetch_seconds is not None:
             lookahead = int(2 * self.concurrency * self._fetch_seconds / max(self._job_seconds, 1e-6))
