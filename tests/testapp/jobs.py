@@ -378,3 +378,37 @@ class AsyncOrmCount(Job):
 
         count = await User.objects.acount()
         await asyncio.to_thread(get_redis().rpush, "test:orm", count)
+
+
+# --- in-process manager tests (tests/jobsapp/test_manager.py) ------------------------------
+
+#: value -> the gate a Hold job of that value waits at (an Event of the test's own process).
+GATES: dict[str, threading.Event] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def gate(value: str) -> threading.Event:
+    """The gate of the Hold jobs of ``value`` (created closed on first use)."""
+    with _GATES_LOCK:
+        return GATES.setdefault(value, threading.Event())
+
+
+def open_every_gate() -> None:
+    """Let every Hold job go (a test's clean-up: no thread is left waiting)."""
+    with _GATES_LOCK:
+        for event in GATES.values():
+            event.set()
+        GATES.clear()
+
+
+class Hold(Job):
+    """Records its value in test:started, waits (at most 30 s) until the test opens its gate,
+    then records it in test:ran, or raises when told to. In-process only: a gate is an Event of
+    the test's process, so a test decides when a job that holds a thread ends."""
+
+    def perform(self, value, *, fail=False):
+        get_redis().rpush("test:started", value)
+        gate(value).wait(30)
+        if fail:
+            raise RuntimeError(f"{value} failed after its gate opened")
+        get_redis().rpush(RAN_KEY, value)
