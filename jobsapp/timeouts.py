@@ -6,7 +6,11 @@ payload before the job runs (another client may have written it).
 
 A sync job's timeout is enforced by the process's ``Watchdog``: one thread,
 ``jobsapp.timeouts``, started with the first job that has a timeout (processes whose jobs have
-none never start it; those jobs pay one dict lookup). The processor thread enters a ``Guard``
+none never start it; those jobs pay one dict lookup). It is a ``Component`` (component.py):
+``start()`` (called by the first guard, again by the first guard after a fork or a ``stop``),
+``quiet()`` (nothing: running jobs keep their timeouts while a process drains) and
+``stop(deadline)``; it waits on the injected clock (clock.py), so tests advance time past a
+timeout instead of sleeping through it. The processor thread enters a ``Guard``
 around ``perform`` only (middleware, limiter waits and the engine's filing are outside it). Past
 the deadline the watchdog raises ``JobTimeout`` in that thread with
 ``PyThreadState_SetAsyncExc``: Python delivers it the next time the thread runs Python bytecode,
@@ -36,11 +40,12 @@ import logging
 import math
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
+from .clock import SYSTEM_CLOCK, Clock
+from .component import Component
 from .errors import JobTimeout
 
 logger = logging.getLogger("jobsapp.timeouts")
@@ -99,30 +104,35 @@ class Guard:
             exception.args = (f"the job ran past its timeout of {self.timeout_seconds:g} s",)
 
 
-class Watchdog:
+#: The longest the watchdog thread waits with no guarded perform running (it is woken sooner by
+#: a new guard or a stop).
+IDLE_WAIT_SECONDS = 3600.0
+
+
+class Watchdog(Component):
     """Raises JobTimeout in processor threads past their job's deadline; one per process.
 
-    ``clock`` is monotonic seconds; ``interrupt(thread_id, exception)`` is ``raise_in_thread``
-    (tests may watch it). ``hard_limit_seconds`` None: no hard limit."""
+    ``clock`` (clock.py) gives the deadlines and the waits; ``interrupt(thread_id, exception)`` is
+    ``raise_in_thread`` (tests may watch it). ``hard_limit_seconds`` None: no hard limit."""
+
+    thread_name = "timeouts"
 
     def __init__(
         self,
         *,
         hard_limit_seconds: float | None = None,
         on_hard_limit: Callable[[], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         interrupt: Callable[[int, type[BaseException] | None], None] = raise_in_thread,
     ) -> None:
+        super().__init__(clock=clock)
         self.hard_limit_seconds = hard_limit_seconds
         self.on_hard_limit = on_hard_limit
-        self.clock = clock
         self.interrupt = interrupt
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
+        self._woken = threading.Event()  # a guard with an earlier deadline was entered, or stop
         self._guards: dict[int, Guard] = {}  # thread id -> the guard it is inside
-        self._thread: threading.Thread | None = None
         self._pid = 0
-        self._stopping = False
         self.fired_total = 0
         self.stuck_total = 0
 
@@ -160,26 +170,27 @@ class Watchdog:
         with self._lock:
             return {thread_id: (guard.timeout_seconds, guard.state) for thread_id, guard in self._guards.items()}
 
-    def stop(self) -> None:
-        """Stop the thread (guards entered later start it again)."""
-        with self._lock:
-            self._stopping = True
-            self._changed.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join(5.0)
+    def start(self) -> None:
+        """Start the thread (the first guard does; guards entered after a ``stop`` or in a forked
+        child start it again)."""
+        self._stop.clear()
+        self._pid = os.getpid()
+        super().start()
+
+    def _wake(self) -> None:
+        self._woken.set()
 
     # --- the processor thread's side (under the lock: never blocks on Redis) -------------
 
     def _enter(self, guard: Guard) -> None:
         with self._lock:
-            guard.deadline = self.clock() + guard.timeout_seconds
+            guard.deadline = self.clock.monotonic() + guard.timeout_seconds
             earliest = min((other.deadline for other in self._guards.values() if other.state is GuardState.RUNNING), default=math.inf)
             self._guards[guard.thread_id] = guard
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
-                self._start()
+                self.start()
             elif guard.deadline < earliest:
-                self._changed.notify()
+                self._woken.set()
 
     def _leave(self, guard: Guard) -> bool:
         """Mark the guard done and clear an exception fired but not yet delivered; whether it fired."""
@@ -194,20 +205,17 @@ class Watchdog:
 
     # --- the watchdog thread --------------------------------------------------------------
 
-    def _start(self) -> None:
-        self._stopping = False
-        self._pid = os.getpid()
-        self._thread = threading.Thread(target=self._run, name="jobsapp.timeouts", daemon=True)
-        self._thread.start()
-
     def _run(self) -> None:
         while True:
+            # cleared before the stop flag and the guards are read: a stop or a guard entered
+            # after this line ends the wait below at once
+            self._woken.clear()
+            if self.stopping:
+                return
             stuck: list[Guard] = []
             fired: list[Guard] = []
             with self._lock:
-                if self._stopping:
-                    return
-                now = self.clock()
+                now = self.clock.monotonic()
                 wake = math.inf
                 for guard in list(self._guards.values()):
                     if guard.state is GuardState.RUNNING:
@@ -226,9 +234,9 @@ class Watchdog:
                             stuck.append(guard)
                         else:
                             wake = min(wake, hard_deadline)
-                if not (stuck or fired):
-                    self._changed.wait(None if wake == math.inf else max(0.0, wake - now))
-                    continue
+            if not (stuck or fired):
+                self.clock.wait(self._woken, min(IDLE_WAIT_SECONDS, wake - now))
+                continue
             for guard in fired:
                 logger.warning("thread=%s job past its timeout of %g s: JobTimeout raised in it", guard.thread_id, guard.timeout_seconds)
             if stuck:

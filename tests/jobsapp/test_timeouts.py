@@ -20,6 +20,7 @@ from jobsapp.processor import Processor
 from jobsapp.retry import RetryPolicy
 from jobsapp.timeouts import Watchdog, timeout_seconds
 from tests.jobsapp import sidekiq_data as data
+from tests.manual_clock import REAL_SECONDS_LIMIT, ManualClock
 from tests.testapp.jobs import RAN_KEY, BlockInC, SleepWhere, Spin
 from tests.workers import WorkerProcess, wait_until
 
@@ -226,3 +227,39 @@ def test_leaving_a_guard_clears_a_timeout_fired_but_not_yet_delivered():
     me = threading.get_ident()
     assert calls == [(me, JobTimeout), (me, None)]
     assert result == "done" and watchdog.fired_total == 1 and watchdog.running() == {}
+
+
+def test_on_its_clock_the_watchdog_fires_at_the_timeout_then_the_hard_limit_and_stops_at_once():
+    # Given a watchdog on a manual clock with a 10 s hard limit, whose interruptions are recorded
+    clock = ManualClock()
+    calls: list[tuple[int, object]] = []
+    filed, hard_limit, release = threading.Event(), threading.Event(), threading.Event()
+    watchdog = Watchdog(
+        hard_limit_seconds=10.0,
+        on_hard_limit=hard_limit.set,
+        clock=clock,
+        interrupt=lambda thread_id, exception: calls.append((thread_id, exception)),
+    )
+    before = set(threading.enumerate())
+    # When a perform with a 30 s timeout starts (its blocking call ignores JobTimeout)
+    performing = threading.Thread(target=watchdog.within(30.0, lambda: release.wait(REAL_SECONDS_LIMIT), on_stuck=filed.set))
+    performing.start()
+    try:
+        # Then the watchdog's thread starts and waits exactly the timeout
+        clock.settle(1)
+        assert clock.waits == [30.0]
+        (thread,) = [thread for thread in set(threading.enumerate()) - before if thread.name == "jobsapp.timeouts"]
+        # When 30 s pass, Then JobTimeout is raised in the perform's thread, and it waits the hard limit
+        clock.advance_and_settle(30.0)
+        assert calls == [(performing.ident, JobTimeout)] and clock.waits[-1] == 10.0
+        assert not filed.is_set() and not hard_limit.is_set()
+        # When 10 s more pass, Then the job is filed and the process told to stop
+        clock.advance_and_settle(10.0)
+        assert filed.is_set() and hard_limit.is_set() and watchdog.stuck_total == 1
+    finally:
+        release.set()
+        performing.join(REAL_SECONDS_LIMIT)
+        # When it is stopped, idle, Then its thread ends at once (no clock advance needed)
+        watchdog.stop(clock.monotonic() + 5.0)
+    assert not thread.is_alive()
+    assert calls[-1] == (performing.ident, None) and watchdog.running() == {}
