@@ -54,3 +54,16 @@ class Blocks(Job):
 
     def perform(self, label):
         get_redis().blpop([RELEASE_KEY], timeout=30)
+
+
+class AwaitsRelease(Job):
+    """An async job: awaits (on the worker's event loop) until the test pushes to
+    interop:python:release (at most 30 s)."""
+
+    async def perform(self, label):
+        import asyncio
+
+        for _ in range(300):
+            if await asyncio.to_thread(get_redis().lpop, RELEASE_KEY):
+                return
+            await asyncio.sleep(0.1)

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.interop.conftest import WORKER_SETTINGS
-from tests.interop.jobs import RELEASE_KEY, AlwaysFails, Blocks, DiesAtOnce, RecordRun
+from tests.interop.jobs import RELEASE_KEY, AlwaysFails, AwaitsRelease, Blocks, DiesAtOnce, RecordRun
 from tests.workers import WorkerProcess, wait_until
 
 pytestmark = pytest.mark.interop
@@ -92,3 +92,17 @@ def test_ruby_stop_signal_stops_our_process(redis_server, ruby):
         # Then our process shuts down on its own, cleanly, and leaves the ProcessSet
         assert worker.process.wait(timeout=15) == 0
         assert ruby.inspect()["processes"] == []
+
+
+def test_ruby_lists_our_running_async_jobs_as_busy_workers(redis_server, ruby, redis):
+    with WorkerProcess(["-q", "default", "-c", "1", "-t", "5"], env=WORKER_SETTINGS, redis_url=redis_server.url) as worker:
+        # Given our one-thread worker awaiting three async jobs at once
+        jids = {AwaitsRelease.perform_async(label) for label in ("a", "b", "c")}
+        # Then Ruby's Workers lists each as a busy job of our process, and ProcessSet counts them
+        view = wait_until(lambda: len((view := ruby.inspect())["workers"]) == 3 and view, message="Ruby's Workers lists 3 async jobs")
+        assert {work["payload"]["jid"] for work in view["workers"]} == jids
+        assert {work["process_id"] for work in view["workers"]} == {worker.identity}
+        assert view["processes"][0]["busy"] == 3
+        # And once released they finish and leave the list
+        redis.rpush(RELEASE_KEY, "go", "go", "go")
+        wait_until(lambda: not ruby.inspect()["workers"], message="Ruby's Workers is empty again")
