@@ -41,6 +41,9 @@ returns is acknowledged as done, and the requeue skips it; one that turns it int
 exception is filed as that failure, and the requeue skips it: never both.)
 A job's ``timeout`` option cancels its coroutine and fails it with ``JobTimeout``.
 
+TTIN (``launcher.dump_threads``) also logs each running job's await chain through ``log_tasks``,
+asked of the loop: when the loop does not answer within a second, a job is blocking it.
+
 Outside a worker (``jobsapp.testing``'s inline mode, a plain call) ``run`` uses a new loop in the
 calling thread (``asyncio.run``).
 """
@@ -54,6 +57,7 @@ import logging
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -76,6 +80,26 @@ PSEUDO_THREAD_ID_BASE = 1 << 56
 CANCEL_GRACE_SECONDS = 1.0
 
 _current = threading.local()
+#: The lanes started in this process, for ``log_tasks`` (TTIN).
+_started_lanes: weakref.WeakSet[AsyncLane] = weakref.WeakSet()
+
+
+def log_tasks() -> None:
+    """TTIN: log where each running async job's coroutine awaits (the thread dump shows only its
+    parked lane thread), or that the loop does not answer: something blocks it."""
+    for lane in list(_started_lanes):
+        lane.log_tasks()
+
+
+def _await_chain(coroutine: Any) -> list[str]:
+    """``file:line in function`` of each coroutine in an await chain, outermost first."""
+    lines = []
+    while coroutine is not None:
+        frame = getattr(coroutine, "cr_frame", None) or getattr(coroutine, "gi_frame", None)
+        if frame is not None:
+            lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        coroutine = getattr(coroutine, "cr_await", None) or getattr(coroutine, "gi_yieldfrom", None)
+    return lines
 
 
 def current_lane() -> AsyncLane | None:
@@ -176,6 +200,23 @@ class AsyncLane:
     def start(self) -> None:
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="jobsapp.event-loop", daemon=True)
         self._loop_thread.start()
+        _started_lanes.add(self)
+
+    def log_tasks(self) -> None:
+        """Log each running async job's await chain, asked of the loop (at most 1 s)."""
+        if not self._loop.is_running():
+            return
+
+        async def describe() -> list[str]:
+            return ["\n".join(_await_chain(task.get_coro())) for task in self._tasks]
+
+        try:
+            chains = asyncio.run_coroutine_threadsafe(describe(), self._loop).result(1.0)
+        except TimeoutError:  # the loop did not run our coroutine: a job blocks it
+            logger.warning("event loop: no answer within 1 s; a job is blocking it (see the jobsapp.event-loop thread's stack)")
+            return
+        for chain in chains:
+            logger.warning("async job awaiting:\n%s", chain)
 
     def cancel_running(self) -> int:
         """At the shutdown deadline: cancel every running job's coroutine (their threads park

@@ -46,8 +46,7 @@ from functools import partial
 
 import redis
 
-from . import connection, keys, shards
-from .aio import AsyncLane
+from . import aio, connection, keys, shards
 from .backoff import Backoff
 from .clock import SYSTEM_CLOCK, Clock
 from .component import Component
@@ -211,6 +210,7 @@ def dump_threads() -> None:
             continue
         stack = "".join(traceback.format_stack(frame))
         logger.warning("thread %s (%s):\n%s", thread.name, thread.ident, stack)
+    aio.log_tasks()  # where each async job awaits (its lane thread above only shows it parked)
 
 
 class WorkerProcess:
@@ -356,7 +356,7 @@ class WorkerProcess:
 
         policy = RetryPolicy(client, fetch.inflight_key, rng=self.rng, stop=self.hard_stop)
         watchdog = Watchdog(hard_limit_seconds=hard_limit_seconds(reliable), on_hard_limit=lambda: self.on_signal(HARD_LIMIT_SIGNAL))
-        async_lane = AsyncLane(concurrency=options.async_concurrency)
+        async_lane = aio.AsyncLane(concurrency=options.async_concurrency)
         manager = Manager(
             fetch=fetch,
             processor=Processor(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 
 import pytest
@@ -293,6 +294,19 @@ def test_a_job_awaiting_a_blocking_call_in_a_thread_does_not_hold_the_process_at
     worker.stop()
     assert time.monotonic() - started < 8
     assert redis.llen("queue:default") == 1 and redis.zcard("retry") == 0
+
+
+@slow
+def test_ttin_logs_where_each_async_job_awaits(redis_server, redis):
+    # Given an async job awaiting a long sleep
+    AsyncNap.perform_async(30, "napping")
+    with WorkerProcess(["-c", "1", "-t", "0"], redis_url=redis_server.url) as worker:
+        wait_until(lambda: redis.llen("test:started") == 1, message="the job started")
+        # When the process gets TTIN, Then its log shows the job's await chain down to the sleep
+        worker.signal(signal.SIGTTIN)
+        wait_until(lambda: "async job awaiting" in worker.output, message="the await chains logged")
+        chain = worker.output.split("async job awaiting:", 1)[1]
+        assert "testapp/jobs.py" in chain and "in perform" in chain and "in sleep" in chain
 
 
 @slow
