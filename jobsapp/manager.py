@@ -68,6 +68,9 @@ def queue_of(raw: bytes) -> str:
     return queue if isinstance(queue, str) and queue else str(jobs_settings.DEFAULT_QUEUE)
 
 
+#: At stop, how long the idle processor threads of a per-thread fetch get to leave their fetch.
+IDLE_THREAD_JOIN_SECONDS = 0.5
+
 #: A fetch that took longer than this waited for a push: not a round-trip sample.
 FETCH_SAMPLE_MAX_SECONDS = 0.1
 
@@ -190,11 +193,26 @@ class Manager:
         self.acker.stop()
         if self._fetcher is not None:
             self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.block_seconds + 1)))
+        if self.fetch.per_thread:
+            self._end_own_fetches()
         self._requeue(self.fetch.collect_pending(), reason="quiet")
         if unfinished:
             logger.warning("shutdown: %d jobs still running at the deadline are put back on their queues", len(unfinished))
             self._requeue(unfinished, reason="shutdown")
         return len(unfinished)
+
+    def _end_own_fetches(self) -> None:
+        """Per-thread fetch, before the running jobs are put back: a thread that passed its quiet
+        check just as quiet() unblocked the others may have sent its BRPOP after that; it has
+        reached Redis by now, so unblock again and let the idle threads return (one of them
+        could otherwise pop a job put back below)."""
+        self.fetch.interrupt()
+        with self._lock:
+            running = set(self._running)
+        give_up_at = time.monotonic() + IDLE_THREAD_JOIN_SECONDS
+        for thread in self._threads:
+            if thread.ident not in running:
+                thread.join(max(0.0, give_up_at - time.monotonic()))
 
     # --- for the heartbeat ------------------------------------------------------------
 
