@@ -19,13 +19,14 @@ import pytest
 import redis as redis_lib
 
 from jobsapp import connection, keys, middleware
+from jobsapp.aio import AsyncLane
 from jobsapp.connection import get_redis
 from jobsapp.fetch import BasicFetch, QueueOrder, ReliableFetch, UnitOfWork
 from jobsapp.heartbeat import new_identity
 from jobsapp.manager import Manager
 from jobsapp.processor import Processor, Result
 from jobsapp.retry import RetryPolicy
-from tests.testapp.jobs import RAN_KEY, Hold, Noop, Record, gate, open_every_gate
+from tests.testapp.jobs import RAN_KEY, AsyncNap, Hold, Noop, Record, gate, open_every_gate
 from tests.workers import wait_until
 
 STARTED_KEY = "test:started"
@@ -66,8 +67,9 @@ def manager_on(
     concurrency: int,
     batch_size: int = 20,
     processor: Callable[[RetryPolicy], Processor] = Processor,
+    async_lane: AsyncLane | None = None,
 ) -> Manager:
-    """A manager as the launcher builds one (launcher.WorkerProcess.build), without an async lane."""
+    """A manager as the launcher builds one (launcher.WorkerProcess.build)."""
     stop_event = threading.Event()
     policy = RetryPolicy(get_redis(), fetch.inflight_key, rng=random.Random(7), stop=stop_event)
     return Manager(
@@ -77,6 +79,7 @@ def manager_on(
         batch_size=batch_size,
         block_seconds=BLOCK_SECONDS,
         stop_event=stop_event,
+        async_lane=async_lane,
     )
 
 
@@ -363,3 +366,34 @@ def test_basic_fetch_counts_its_jobs_and_puts_a_running_one_back_at_the_deadline
     assert int(redis.get(keys.STAT_PROCESSED)) == 2
     assert redis.lrange(keys.queue("default"), 0, -1) == [holding]
     assert requeued(redis) == [[json.loads(holding)["jid"], "shutdown"]]
+
+
+def test_stop_cancels_an_async_job_still_running_at_the_deadline_and_puts_it_back(redis):
+    # Given a process with an async lane, running an async job that awaits for 30 s, and a short one
+    middleware.server_chain().add(Requeues)
+    long_nap = push(AsyncNap, 30, "long")
+    AsyncNap.perform_async(0.01, "short")
+    lane = AsyncLane(concurrency=2)
+    manager = manager_on(
+        reliable_fetch(new_identity(socket.gethostname())),
+        concurrency=1,
+        processor=lambda policy: Processor(policy, async_lane=lane),
+        async_lane=lane,
+    )
+    before = set(threading.enumerate())
+    manager.start()
+    try:
+        eventually(lambda: listed(redis, RAN_KEY) == ["short"] and listed(redis, STARTED_KEY) == ["long", "short"], message="both started")
+        (loop_thread,) = [thread for thread in set(threading.enumerate()) - before if thread.name == "jobsapp.event-loop"]
+    finally:
+        # When the process stops with a deadline 1 s away
+        stopped_with = manager.stop(time.monotonic() + 1.0)
+    # Then the long job was cancelled in its coroutine and put back at the front of its queue, once
+    assert stopped_with == 1
+    assert listed(redis, "test:cancelled") == ["long"]
+    assert redis.lrange(keys.queue("default"), 0, -1) == [long_nap]
+    assert requeued(redis) == [[json.loads(long_nap)["jid"], "shutdown"]]
+    assert redis.zcard(keys.RETRY) == 0 and redis.llen(manager.fetch.inflight_key) == 0
+    # And the short one was acknowledged, and the lane's loop has stopped
+    assert int(redis.get(keys.STAT_PROCESSED)) == 1
+    assert not loop_thread.is_alive()
