@@ -15,13 +15,14 @@ only when that is not enough.
 | jobsapp.E003 | MAX_PAYLOAD_BYTES is not a positive int |
 | jobsapp.E004 | CONCURRENCY is not a positive int |
 | jobsapp.E005 | a JOBSAPP value of the wrong type |
-| jobsapp.E006 | a JOBSAPP number out of range |
+| jobsapp.E006 | a JOBSAPP number out of range (CONCURRENCY and ASYNC_CONCURRENCY also above ``runworkers``' maxima) |
 | jobsapp.E007 | QUEUES names no queue, or a queue entry that ``-q`` would refuse |
 | jobsapp.E008 | LOG_FORMAT is neither "text" nor "json" |
 | jobsapp.E010 | a bad PERIODIC entry or ``@periodic_job`` (the workers refuse to start) |
 | jobsapp.E011 | QUEUE_LIMITS is not {queue name: most jobs at once (>= 1)} |
 | jobsapp.E020 | TIMEOUT_HARD_LIMIT_SECONDS is neither None nor a positive number of seconds |
 | jobsapp.W001 | the dashboard is in the URLs but no login page exists for anonymous visitors |
+| jobsapp.W002 | DEFAULT_QUEUE is not in QUEUES: ``runworkers`` without ``-q`` never takes jobs pushed there |
 | jobsapp.E040-E042, E044 | Sentinel, ENQUEUE_REPLICAS and SHARDS (``check_connection_settings``; E043 is unused) |
 | jobsapp.E201-E204, W201 | the Django tasks backend's TASKS entry (``jobsapp.django_tasks.JobsBackend.check``) |
 
@@ -212,6 +213,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="jobsapp.E004",
             )
         )
+    messages.extend(_above_worker_maxima())
     messages.extend(check_periodic())
     from .limiter import queue_limits_problem
 
@@ -235,6 +237,45 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     return messages
+
+
+def _above_worker_maxima() -> list[checks.CheckMessage]:
+    """CONCURRENCY and ASYNC_CONCURRENCY above what ``runworkers`` accepts: said here, naming
+    the setting, rather than by ``runworkers`` refusing a flag the user never typed."""
+    from .launcher import MAX_ASYNC_CONCURRENCY, MAX_CONCURRENCY
+
+    messages: list[checks.CheckMessage] = []
+    for key, maximum in (("CONCURRENCY", MAX_CONCURRENCY), ("ASYNC_CONCURRENCY", MAX_ASYNC_CONCURRENCY)):
+        value = getattr(jobs_settings, key)
+        if _is_number(value) and value > maximum:
+            messages.append(
+                checks.Error(
+                    f"JOBSAPP[{key!r}] is {value!r}: runworkers runs at most {maximum:,} per process.",
+                    hint=f"Use at most {maximum:,} (default {DEFAULTS[key]!r}); for more, run more processes (-P) or hosts.",
+                    id=SETTING_IDS["range"],
+                )
+            )
+    return messages
+
+
+@checks.register("jobsapp")
+def check_default_queue(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A DEFAULT_QUEUE the default workers do not serve: jobs without a queue of their own would
+    wait for ever (a warning: ``runworkers -q`` may still name it)."""
+    default_queue, queues = jobs_settings.DEFAULT_QUEUE, jobs_settings.QUEUES
+    if not isinstance(default_queue, str) or not isinstance(queues, (list, tuple)):
+        return []  # E005 already says so
+    served = {entry.split(",")[0].strip() for entry in queues if isinstance(entry, str)}
+    if default_queue in served:
+        return []
+    return [
+        checks.Warning(
+            f"JOBSAPP['DEFAULT_QUEUE'] is {default_queue!r}, which JOBSAPP['QUEUES'] ({list(queues)!r}) does not list: "
+            "jobs whose class names no queue go there, and runworkers without -q never takes them.",
+            hint=f"Add {default_queue!r} to JOBSAPP['QUEUES'], or run the workers with -q {default_queue}.",
+            id="jobsapp.W002",
+        )
+    ]
 
 
 def _is_number(value: Any) -> bool:

@@ -91,3 +91,28 @@ def test_a_dashboard_without_any_login_page_is_a_warning(settings):
     # And a LOGIN_URL of the project's own silences it
     settings.LOGIN_URL = "/sign-in/"
     assert check_login_page() == []
+
+
+@pytest.mark.parametrize(("key", "value", "maximum"), [("CONCURRENCY", 5000, "1,000"), ("ASYNC_CONCURRENCY", 100_000, "10,000")])
+def test_a_concurrency_above_what_runworkers_runs_names_the_setting(settings, key, value, maximum):
+    # Given a concurrency setting runworkers would refuse (it used to pass the checks, then
+    # runworkers refused "--async-concurrency", a flag the user never typed)
+    found = ids_for(settings, **{key: value})
+    # Then the checks name the setting and its maximum, and runworkers stops on them
+    assert f"JOBSAPP[{key!r}] is {value!r}" in found["jobsapp.E006"] and maximum in found["jobsapp.E006"]
+    with pytest.raises(SystemCheckError, match=rf"JOBSAPP\['{key}'\]"):
+        call_command("runworkers")
+
+
+def test_a_default_queue_the_default_workers_do_not_serve_is_a_warning(settings):
+    from jobsapp.checks import check_default_queue
+
+    # Given DEFAULT_QUEUE moved but QUEUES left at its default
+    settings.JOBSAPP = {**settings.JOBSAPP, "DEFAULT_QUEUE": "low", "QUEUES": ["default"]}
+    # Then jobsapp.W002 says that jobs without a queue would never be taken, and how to fix it
+    [warning] = check_default_queue()
+    assert warning.id == "jobsapp.W002" and isinstance(warning, checks.Warning)
+    assert "'low'" in warning.msg and "-q low" in warning.hint
+    # And listing it (with a weight or not) silences it
+    settings.JOBSAPP = {**settings.JOBSAPP, "QUEUES": ["critical,3", "low,1"]}
+    assert check_default_queue() == []
