@@ -4,7 +4,8 @@ Builds the wheel from the tracked files, installs it into a fresh virtualenv (it
 come from the test run's own site-packages, added through a ``.pth`` file, so nothing is
 downloaded and pip still checks the declared ranges), runs ``django-admin startproject``, applies
 the README's "Full setup" blocks literally (they are appended to ``settings.py`` and ``urls.py``),
-then runs a plain job and a tracked task through a real ``runworkers`` on a throwaway Redis.
+then runs a plain job, an async job (``async def perform``, awaited on the worker's event loop)
+and a tracked task through a real ``runworkers`` on a throwaway Redis.
 """
 
 from __future__ import annotations
@@ -95,7 +96,9 @@ def fresh_python(wheel, tmp_path_factory) -> Path:
 
 
 JOBS_PY = """
+import asyncio
 import os
+import threading
 from pathlib import Path
 
 from jobsapp import Job, sidekiq_options
@@ -106,6 +109,13 @@ class SendReceipt(Job):
     def perform(self, order_id):
         if "SHOP_OUTPUT" in os.environ:
             Path(os.environ["SHOP_OUTPUT"], "receipt").write_text(str(order_id))
+
+
+class AsyncReceipt(Job):
+    async def perform(self, order_id):
+        await asyncio.sleep(0.01)
+        if "SHOP_OUTPUT" in os.environ:
+            Path(os.environ["SHOP_OUTPUT"], "async-receipt").write_text(f"{order_id} {threading.current_thread().name}")
 
 
 @sidekiq_options(use_task_event=True)
@@ -133,15 +143,16 @@ print("api", web.get("/api/tasks/").status_code)
 web.force_login(User.objects.create_user("ann", is_staff=True))
 print("schema", web.get("/api/schema/").status_code, "browsable", web.get("/api/tasks/", HTTP_ACCEPT="text/html").status_code)
 
-from orders.jobs import CountItem, SendReceipt
+from orders.jobs import AsyncReceipt, CountItem, SendReceipt
 from tracking.models import Task
 
 SendReceipt.perform_async(42)
+AsyncReceipt.perform_async(43)
 task = Task.objects.launch(CountItem, [[1], [2], [3]], name="count")
 deadline = time.monotonic() + 30
 while time.monotonic() < deadline:
     task.refresh_from_db()
-    if task.status == "finished" and Path(os.environ["SHOP_OUTPUT"], "receipt").exists():
+    if task.status == "finished" and all(Path(os.environ["SHOP_OUTPUT"], name).exists() for name in ("receipt", "async-receipt")):
         break
     time.sleep(0.1)
 print("summary", task.status, task.counts["finish"], task.total)
@@ -192,9 +203,11 @@ def test_a_fresh_project_runs_a_job_and_a_tracked_task_from_the_wheel(fresh_pyth
         assert lines["metrics"] == "401 403" and lines["api"] in ("401", "403"), summary
         assert lines["schema"] == "200 browsable 200", summary
         assert lines["middleware"] == "True", summary  # Redis down in a view: 503, not 500
-        # And the plain job runs and the task finishes with its three jobs counted
+        # And the plain and async jobs run and the task finishes with its three jobs counted
         assert summary.split()[-4:] == ["summary", "finished", "3", "3"], (summary, (tmp_path / "workers.log").read_text())
         assert (output / "receipt").read_text() == "42"
+        # And the async job was awaited on the worker's event loop (not lost, not run in a thread)
+        assert (output / "async-receipt").read_text() == "43 jobsapp.event-loop", (tmp_path / "workers.log").read_text()
         # And the README's example tests pass there, with the plugin the wheel registers
         (site / "orders" / "test_jobs.py").write_text(readme_block("test_jobs.py"))
         test_env = {key: value for key, value in env.items() if key != "SHOP_OUTPUT"}
