@@ -23,14 +23,16 @@ RedisUnavailable propagates.
 
 Recording a job's transitions (``apply``; ``record`` for one) goes through here too, because a
 settled event may finish its task. A task is finished once its settled events reach its total.
-The check runs inside the transaction that settled an event (exact on SQLite: one writer at a
-time) and, on PostgreSQL, again after commit, because two processes settling the last two events
-concurrently each see only their own: the one that commits last sees both after its commit. A
-check that finds the task complete locks the task row and re-reads before writing
-``finished_at`` (once: ``WHERE finished_at IS NULL``) and firing the batch callbacks
-(``fire_callbacks``), or, when the task has a follow-up job (``then_class``), adds that job to the
-task and pushes it after commit (``queue_follow_up``). A duplicate run that finds its event
-already final checks again, which covers a process that died between its commit and that check.
+The statement that counts a batch (``tracking.recorder``) returns each task's settled events as
+its transaction sees them; a task complete in that view is finished in the same transaction,
+after its row is locked and read again (a job may have joined meanwhile). That view is exact on
+SQLite (one writer at a time). On PostgreSQL two processes settling a task's last events
+concurrently each see only their own, so the tasks a batch leaves incomplete are checked again
+after its commit: the one that commits last sees both. Finishing writes ``finished_at`` (once:
+``WHERE finished_at IS NULL``) and fires the batch callbacks (``fire_callbacks``), or, when the
+task has a follow-up job (``then_class``), adds that job to the task and pushes it after commit
+(``queue_follow_up``). A duplicate run that finds its event already final checks again, which
+covers a process that died between its commit and that check.
 """
 
 from __future__ import annotations

@@ -57,8 +57,9 @@ logger = logging.getLogger("tracking.writer")
 #: A connection unused this long is closed (a worker idle for hours holds no database connection).
 IDLE_CLOSE_SECONDS = 5.0
 #: The longest a batch waits for the threads the previous one released (see Writer._gather):
-#: about a no-op job's turnaround (ack, fetch, run) on a busy machine.
+#: about a no-op job's turnaround (ack, fetch, run) on a busy machine. SQLite's shorter.
 GATHER_SECONDS = 0.003
+SQLITE_GATHER_SECONDS = 0.001
 #: Attempts at one batch before its changes are applied one by one.
 BATCH_ATTEMPTS = 3
 
@@ -150,12 +151,18 @@ class Writer:
 
     def _gather(self) -> None:
         """Give the threads the last batch released a moment to queue their next waited-for
-        change, so they share one commit with the threads already waiting instead of the two
-        groups alternating in half-size batches (called with the condition held; at most
-        ``GATHER_SECONDS``). Fewer, bigger transactions: less work per job for the process and
-        the database."""
-        target = self._waiting + self._released
-        deadline = time.monotonic() + GATHER_SECONDS
+        change (called with the condition held; at most ``GATHER_SECONDS``).
+
+        On PostgreSQL it waits for those and the ones already waiting, so all of a process's
+        threads share one transaction instead of two groups alternating in half-size batches:
+        fewer, bigger transactions, less work per job in the worker and in the database. On
+        SQLite, where the processes' writers take turns on one lock and a batch costs little, it
+        waits only for as many as the last batch released (measured: gathering all of them
+        there was slower, bench/tracking_overhead.py).
+        """
+        sqlite = connection.vendor == "sqlite"
+        target = self._released if sqlite else self._waiting + self._released
+        deadline = time.monotonic() + (SQLITE_GATHER_SECONDS if sqlite else GATHER_SECONDS)
         while self._pending and not self._stopping and self._waiting < target:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
