@@ -12,6 +12,7 @@ If the worker dies, unwritten messages are lost; the event's status is not.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from django.utils import timezone
 
 from .conf import tracking_settings
 from .transitions import MESSAGES_ONLY, START, WORKING, Change, MessageEntry, Transition, message_entry
-from .writer import record_change
+from .writer import record_change, records_inline
 
 
 class EventHandle:
@@ -64,7 +65,9 @@ class EventHandle:
         with self._lock:
             self._buffer.append(entry)
             due = self._clock() - self._last_flush >= self.flush_interval_seconds
-        if due:
+        if due and not (records_inline() and _on_event_loop()):
+            # an async job's perform runs on an event loop, where Django refuses a database call:
+            # its messages then wait for its end and are written with its final status
             self.flush()
 
     def next_message_reports(self, done: int, total: int) -> None:
@@ -90,3 +93,12 @@ class EventHandle:
             entries, self._buffer = self._buffer, []
             self._last_flush = self._clock()
         return entries
+
+
+def _on_event_loop() -> bool:
+    """Whether this thread is running an event loop (an async job's ``perform`` is)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop running here: a sync job's thread
+        return False
+    return True

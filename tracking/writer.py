@@ -252,9 +252,15 @@ def stop_writer(deadline_seconds: float = 10.0) -> None:
 atexit.register(stop_writer, 5.0)
 
 
+def records_inline() -> bool:
+    """Whether ``record_change`` writes in the calling thread: inside a transaction, or with
+    batching off."""
+    return not tracking_settings.BATCH_WRITES or connection.in_atomic_block
+
+
 def record_change(change: Change, *, wait: bool) -> bool | None:
     """Record ``change`` through this process's writer, or inline when the caller is inside a
     transaction (or batching is off). Returns whether the event changed; None when not waited for."""
-    if not tracking_settings.BATCH_WRITES or connection.in_atomic_block:
+    if records_inline():
         return launching.apply([change])[0]
     return get_writer().submit(change, wait=wait)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from jobsapp import Job, sidekiq_options
 from tracking import BusinessFailure, TrackedJob
 
@@ -39,3 +41,10 @@ class Reports(TrackedJob):
     def perform(self, rows):
         for row in range(1, rows + 1):
             self.report_progress(row, rows, unit="row")
+
+
+class AsyncReports(TrackedJob):
+    async def perform(self, rows):
+        for row in range(1, rows + 1):
+            self.report_progress(row, rows, unit="row")
+            await asyncio.sleep(0)

@@ -11,7 +11,7 @@ import pytest
 
 from jobsapp import middleware
 from jobsapp.errors import UnknownJobClass
-from tests.tracking.jobs import Crashes, FailsOnPurpose, PlainTracked, Reports, Succeeds, Untracked
+from tests.tracking.jobs import AsyncReports, Crashes, FailsOnPurpose, PlainTracked, Reports, Succeeds, Untracked
 from tracking import BusinessFailure, NormalException
 from tracking.models import Event, Task
 
@@ -299,3 +299,23 @@ def test_pushing_the_same_jid_twice_records_once(pop):
     task_id = event("ab" * 12).task_id
     client.push({**item, "task_id": task_id})
     assert Event.objects.count() == 1 and Task.objects.get(pk=task_id).total == 1
+
+
+def test_an_async_job_reports_progress_from_its_event_loop_when_tracking_writes_inline(pop, settings):
+    from jobsapp import aio, registry
+    from jobsapp.middleware import run_server_chain
+
+    # Given tracking writing inline (BATCH_WRITES off) and messages due at once: a database call
+    # from an async job's event loop raised SynchronousOnlyOperation and failed the job every time
+    settings.TRACKING = {**getattr(settings, "TRACKING", {}), "MESSAGE_FLUSH_INTERVAL_SECONDS": 0, "BATCH_WRITES": False}
+    jid = AsyncReports.perform_async(3)
+    item = pop()
+    job = registry.lookup(item["class"])()
+    job.jid, job.item, job.queue = jid, item, item["queue"]
+    # When it runs through the server chain, its perform awaited on an event loop as the lane does
+    run_server_chain(job, item, item["queue"], lambda: aio.perform(lambda: job.perform(3)))
+    # Then it finishes with every progress message, written with its final status
+    row = event(jid)
+    assert row.status == "finish", row.messages
+    working = [entry["message"] for entry in row.messages if entry["status"] == "working"]
+    assert working[-3:] == ["row 1 of 3", "row 2 of 3", "row 3 of 3"], row.messages
