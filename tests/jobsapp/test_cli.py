@@ -57,6 +57,29 @@ def test_processes_lists_live_ones(redis):
     assert run_json("processes")[0]["busy"] == 3
 
 
+def test_busy_lists_running_jobs_with_elapsed_time_and_a_timeout_overrun(redis):
+    # Given a process running (in Sidekiq's busy format) a job 95 s into its 30 s timeout and
+    # one 10 s into a job without a timeout
+    overrun = data.job("app.jobs.CallPartner", [7], timeout=30)
+    untimed = data.job("app.jobs.Untimed")
+    name = data.process(redis, running=[overrun, untimed])
+    now = int(time.time())
+    for thread, item, seconds in (("tid0", overrun, 95), ("tid1", untimed, 10)):
+        entry = json.dumps({"queue": "default", "payload": data.dump(item).decode(), "run_at": now - seconds})
+        redis.hset(keys.work(name), thread, entry)
+        redis.hset(keys.workers(name), thread, entry)
+    # When `jobs busy` lists them
+    table = run("busy").splitlines()
+    # Then each has its process, thread, class and running time, longest first; the overrun says so
+    assert table[0].split() == ["identity", "thread", "jid", "class", "queue", "args", "running", "timeout", "state"]
+    first, second = table[2], table[3]
+    assert overrun["jid"] in first and "app.jobs.CallPartner" in first and "30s" in first and first.endswith("overrunning")
+    assert untimed["jid"] in second and "overrunning" not in second
+    [document] = [entry for entry in run_json("busy") if entry["jid"] == overrun["jid"]]
+    assert document["overrunning"] is True and document["timeout_seconds"] == 30 and 95 <= document["elapsed_seconds"] < 120
+    assert document["identity"] == name and document["thread"] == "tid0" and document["args"] == [7]
+
+
 def test_retry_list_filter_retry_all_and_clear(redis):
     now = time.time()
     data.add_to_set(redis, keys.RETRY, data.failed(data.job("A", [{"password": "hunter2"}]), message="disk"), now + 5)

@@ -1,6 +1,6 @@
 """``python manage.py jobs``: the operators' command line, a thin edge over ``jobsapp.api``.
 
-Subcommands: ``stats``, ``queues``, ``processes``, ``retry`` / ``dead`` (``list``, ``retry-all``,
+Subcommands: ``stats``, ``queues``, ``processes``, ``busy``, ``retry`` / ``dead`` (``list``, ``retry-all``,
 ``clear``), ``schedule``, ``results [JID]``, ``periodic`` (``list``, ``enable`` / ``disable`` /
 ``run NAME``), ``limits``, ``unique``, ``batch BID``, ``pause`` / ``resume QUEUE``, ``quiet`` /
 ``stop IDENTITY``. Output is
@@ -92,6 +92,7 @@ class Command(BaseCommand):
         add("stats", help="counters: processed, failed, enqueued, busy, sets")
         add("queues", help="queues with size, latency and pause state")
         add("processes", help="live worker processes (Ruby Sidekiq ones included)")
+        add("busy", help="running jobs: process, thread, how long, and a timeout they overrun")
         for name, what in (("retry", "the retry set"), ("dead", "the dead set")):
             set_parser = add(name, help=f"list, retry or clear {what}")
             set_parser.add_argument("action", nargs="?", default="list", choices=["list", "retry-all", "clear"])
@@ -216,6 +217,42 @@ class Command(BaseCommand):
         ]
         headers = ["identity", "tag", "queues", "threads", "busy", "rss_mb", "beat", "state"]
         self.emit(document, headers, rows, numeric=["threads", "busy", "rss_mb"])
+
+    def do_busy(self, options: dict[str, Any]) -> None:
+        """The running jobs, longest first (the dashboard's Busy page, for a shell)."""
+        now = time.time()
+        running = api.WorkSet.all()
+        document = [
+            {
+                "identity": work.identity,
+                "thread": work.thread_id,
+                "jid": work.record.jid,
+                "class": work.record.display_class,
+                "queue": work.queue,
+                "args": work.record.display_args,
+                "run_at": work.run_at,
+                "elapsed_seconds": round(work.elapsed_seconds(now=now), 1),
+                "timeout_seconds": work.timeout_seconds,
+                "overrunning": work.overrunning(now=now),
+            }
+            for work in running
+        ]
+        rows = [
+            (
+                work.identity,
+                work.thread_id,
+                work.record.jid,
+                work.record.display_class,
+                work.queue,
+                work.record.args_preview(ARGS_MAX_CHARS),
+                f"{work.elapsed_seconds(now=now):.0f}s",
+                "" if work.timeout_seconds is None else f"{work.timeout_seconds:g}s",
+                "overrunning" if work.overrunning(now=now) else "",
+            )
+            for work in running
+        ]
+        headers = ["identity", "thread", "jid", "class", "queue", "args", "running", "timeout", "state"]
+        self.emit(document, headers, rows, numeric=["running", "timeout"])
 
     def _list(self, job_set: api.JobSet, options: dict[str, Any]) -> None:
         limit = max(int(options["limit"]), 1)
