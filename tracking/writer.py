@@ -67,7 +67,9 @@ BATCH_ATTEMPTS = 3
 @dataclass(slots=True)
 class Ticket:
     change: Change
-    done: threading.Event | None = None
+    #: Held until the change is committed (the waiting thread blocks acquiring it); None when
+    #: nobody waits.
+    done: threading.Lock | None = None
     result: bool | None = None
     error: BaseException | None = field(default=None)
 
@@ -86,6 +88,9 @@ class Writer:
         self._lock_file: IO[bytes] | None = None
         self._waiting = 0  # queued changes whose thread waits for the commit
         self._released = 0  # how many of those the last batch released
+        # While the writer sleeps: wake it for any change (0), or once this many waited-for
+        # changes are queued (gathering); None while it works. Saves a wake-up per change.
+        self._wake_at: int | None = None
         self.batches = 0
         self.changes = 0
 
@@ -99,16 +104,21 @@ class Writer:
     def submit(self, change: Change, *, wait: bool) -> bool | None:
         """Queue ``change``. With ``wait``, block until it is committed and return whether it
         changed its event (raising the database error if it could not be written)."""
-        ticket = Ticket(change, threading.Event() if wait else None)
+        done = None
+        if wait:
+            done = threading.Lock()
+            done.acquire()
+        ticket = Ticket(change, done)
         with self._condition:
             if self._thread is None:
                 self.start()
             self._pending.append(ticket)
-            self._waiting += ticket.done is not None
-            self._condition.notify()
-        if ticket.done is None:
+            self._waiting += done is not None
+            if self._wake_at is not None and self._waiting >= self._wake_at:
+                self._condition.notify()
+        if done is None:
             return None
-        if not ticket.done.wait(tracking_settings.BATCH_WAIT_SECONDS):
+        if not done.acquire(timeout=tracking_settings.BATCH_WAIT_SECONDS):
             raise DatabaseError(f"tracking: change {change.transition.name} of {change.job_id} not written in time")
         if ticket.error is not None:
             raise ticket.error
@@ -131,7 +141,9 @@ class Writer:
         while True:
             with self._condition:
                 if not self._pending and not self._stopping:
+                    self._wake_at = 0
                     self._condition.wait(IDLE_CLOSE_SECONDS)
+                    self._wake_at = None
                 self._gather()
                 if self._pending:
                     size = min(len(self._pending), tracking_settings.BATCH_MAX_CHANGES)
@@ -163,11 +175,15 @@ class Writer:
         sqlite = connection.vendor == "sqlite"
         target = self._released if sqlite else self._waiting + self._released
         deadline = time.monotonic() + (SQLITE_GATHER_SECONDS if sqlite else GATHER_SECONDS)
-        while self._pending and not self._stopping and self._waiting < target:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            self._condition.wait(remaining)
+        self._wake_at = target
+        try:
+            while self._pending and not self._stopping and self._waiting < target:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._condition.wait(remaining)
+        finally:
+            self._wake_at = None
 
     def _write(self, batch: list[Ticket]) -> None:
         changes = [ticket.change for ticket in batch]
@@ -221,7 +237,7 @@ class Writer:
         for ticket, result in zip(batch, results, strict=True):
             ticket.result, ticket.error = result, error
             if ticket.done is not None:
-                ticket.done.set()
+                ticket.done.release()
 
 
 _writer: Writer | None = None
