@@ -32,9 +32,12 @@ of the process: wrap it in ``sync_to_async`` / ``asyncio.to_thread``.
 What becomes of an async job is what becomes of a sync one: middleware, retries, the busy set
 (each running job under its own pseudo thread id in ``<identity>:work``), tracking and reliable
 fetch (acknowledged in the ack batch after it finished) are the manager's and the processor's.
-At shutdown the manager waits until the deadline, then cancels the coroutines of the jobs still
-running (``CancelledError`` in the job; the loop gets ``CANCEL_GRACE_SECONDS`` for their
-``finally`` blocks) and puts those jobs back at the front of their queues (``requeue.lua``). The
+The lane is a ``Component`` (component.py): ``start()`` starts the loop; ``quiet()`` does nothing
+(its running jobs go on; the manager stops handing it new ones); ``stop(deadline)`` waits for
+the running jobs until the deadline, then cancels the coroutines of those still running
+(``CancelledError`` in the job; the loop gets ``CANCEL_GRACE_SECONDS`` for their ``finally``
+blocks) and stops the loop. The manager then puts those jobs back at the front of their queues
+(``requeue.lua``). The
 thread of a cancelled job parks until the process exits, like a sync job's thread stuck at the
 deadline, so nothing files it in retry as well. (A job that swallows its ``CancelledError`` and
 returns is acknowledged as done, and the requeue skips it; one that turns it into another
@@ -65,6 +68,8 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import SyncToAsync, async_to_sync
 
+from .clock import SYSTEM_CLOCK, Clock
+from .component import Component
 from .errors import JobTimeout
 
 logger = logging.getLogger("jobsapp.aio")
@@ -176,21 +181,27 @@ class DaemonThreadExecutor(ThreadPoolExecutor):
             self._daemon_idle.release()
 
 
-class AsyncLane:
+class AsyncLane(Component):
     """One process's event loop thread and the threads of its running async jobs."""
 
-    def __init__(self, *, concurrency: int) -> None:
+    thread_name = "event-loop"
+    join_seconds = CANCEL_GRACE_SECONDS  # for the loop to stop once its jobs are cancelled
+
+    def __init__(self, *, concurrency: int, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(clock=clock)
         self.concurrency = concurrency
         self._slots = threading.Semaphore(concurrency)
         self._loop = asyncio.new_event_loop()
         self._loop.set_default_executor(
             DaemonThreadExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="jobsapp.async-io")
         )
-        self._loop_thread: threading.Thread | None = None
         self._work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._threads_lock = threading.Lock()
         self._threads = 0
         self._idle_threads = 0
+        self._running = 0  # jobs submitted and not finished (under _threads_lock)
+        self._none_running = threading.Event()  # set while _running is 0
+        self._none_running.set()
         self._tasks: set[asyncio.Task[Any]] = set()  # the loop thread's only
         self._cancelled = threading.Event()  # set at the shutdown deadline
         self._pseudo_ids = itertools.count(PSEUDO_THREAD_ID_BASE)
@@ -198,8 +209,7 @@ class AsyncLane:
     # --- lifecycle -------------------------------------------------------------------
 
     def start(self) -> None:
-        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="jobsapp.event-loop", daemon=True)
-        self._loop_thread.start()
+        super().start()
         _started_lanes.add(self)
 
     def log_tasks(self) -> None:
@@ -218,12 +228,33 @@ class AsyncLane:
         for chain in chains:
             logger.warning("async job awaiting:\n%s", chain)
 
+    def _run(self) -> None:
+        self._loop.run_forever()
+
+    def wait_idle(self, deadline: float) -> bool:
+        """Wait until no async job runs, or until ``deadline`` (monotonic); whether none runs."""
+        return self.clock.wait(self._none_running, deadline - self.clock.monotonic())
+
+    def stop(self, deadline: float | None = None) -> None:
+        """Wait for the running jobs until ``deadline``, cancel those still running (their threads
+        park until the process exits: the manager puts their jobs back, nothing files them), and
+        stop the loop."""
+        if deadline is not None:
+            self.wait_idle(deadline)
+        if self.cancel_running():
+            logger.warning("shutdown: async jobs still running at the deadline were cancelled")
+        super().stop()
+
+    def _wake(self) -> None:
+        if self._thread is not None:  # stops the loop once it runs, if it does not yet
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
     def cancel_running(self) -> int:
         """At the shutdown deadline: cancel every running job's coroutine (their threads park
         until the process exits; the manager has put the jobs back) and give the loop
         ``CANCEL_GRACE_SECONDS`` for their clean-up. Returns how many were cancelled."""
         self._cancelled.set()
-        if self._loop_thread is None or not self._loop.is_running():
+        if self._thread is None or not self._loop.is_running():
             return 0
 
         async def cancel_all() -> int:
@@ -239,12 +270,6 @@ class AsyncLane:
         except TimeoutError:  # a job ignoring its cancellation: its thread parks all the same
             logger.warning("async jobs did not finish cancelling within %.0f s", CANCEL_GRACE_SECONDS)
             return len(self._tasks)
-
-    def stop(self) -> None:
-        """Stop the loop (after ``cancel_running``, or once no async job runs)."""
-        if self._loop_thread is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._loop_thread.join(CANCEL_GRACE_SECONDS)
 
     # --- for the manager ---------------------------------------------------------------
 
@@ -264,9 +289,15 @@ class AsyncLane:
             try:
                 work()
             finally:
+                with self._threads_lock:
+                    self._running -= 1
+                    if not self._running:
+                        self._none_running.set()
                 self._slots.release()
 
         with self._threads_lock:
+            self._running += 1
+            self._none_running.clear()
             start_thread = self._idle_threads == 0 and self._threads < self.concurrency
             if start_thread:
                 self._threads += 1

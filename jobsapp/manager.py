@@ -182,14 +182,12 @@ class Manager:
         self.quiet()
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        while self._async_running and time.monotonic() < deadline:  # the lane's jobs, until the deadline
-            time.sleep(0.02)
+        if self.async_lane is not None:  # the lane's jobs, until the deadline
+            self.async_lane.wait_idle(deadline)
         with self._lock:
             unfinished = [running.unit for running in self._running.values()]
-        if self.async_lane is not None:
-            if self.async_lane.cancel_running():  # their threads park: put back below, never filed
-                logger.warning("shutdown: async jobs still running at the deadline were cancelled")
-            self.async_lane.stop()
+        if self.async_lane is not None:  # cancels the jobs still running: their threads park; put back below, never filed
+            self.async_lane.stop(deadline)
         self.acker.stop()
         if self._fetcher is not None:
             self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.block_seconds + 1)))
