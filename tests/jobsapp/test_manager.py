@@ -384,7 +384,9 @@ def test_stop_cancels_an_async_job_still_running_at_the_deadline_and_puts_it_bac
     before = set(threading.enumerate())
     manager.start()
     try:
-        eventually(lambda: listed(redis, RAN_KEY) == ["short"] and listed(redis, STARTED_KEY) == ["long", "short"], message="both started")
+        eventually(
+            lambda: listed(redis, RAN_KEY) == ["short"] and sorted(listed(redis, STARTED_KEY)) == ["long", "short"], message="both started"
+        )
         (loop_thread,) = [thread for thread in set(threading.enumerate()) - before if thread.name == "jobsapp.event-loop"]
     finally:
         # When the process stops with a deadline 1 s away
