@@ -229,7 +229,7 @@ class Processor:
                 call_perform = partial(aio.perform, call_perform, timeout_seconds=timeout)
             elif timeout is not None:
                 stuck = partial(self._file_stuck, unit, item, job_class, timeout)
-                call_perform = self.watchdog.within(timeout, call_perform, on_stuck=stuck)
+                call_perform = self.watchdog.within(timeout, call_perform, on_stuck=stuck, class_name=class_name, jid=jid, queue=unit.queue)
             if faults.POINT:
                 call_perform = faults.wrap("in_perform", call_perform)
             if RECOVERED_KEY in item and self.quarantine is not None:

@@ -89,11 +89,23 @@ class GuardState(Enum):
 class Guard:
     """One sync ``perform`` under a timeout, in the thread that runs it (see ``Watchdog.within``)."""
 
-    __slots__ = ("deadline", "on_stuck", "state", "thread_id", "timeout_seconds")
+    __slots__ = ("class_name", "deadline", "jid", "on_stuck", "queue", "state", "thread_id", "timeout_seconds")
 
-    def __init__(self, timeout_seconds: float, *, on_stuck: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        timeout_seconds: float,
+        *,
+        on_stuck: Callable[[], None] | None,
+        class_name: str | None = None,
+        jid: str | None = None,
+        queue: str | None = None,
+    ) -> None:
         self.timeout_seconds = timeout_seconds
         self.on_stuck = on_stuck
+        # which job this is, for the watchdog's log lines (the processor's ``class= jid= queue=``)
+        self.class_name = class_name
+        self.jid = jid
+        self.queue = queue
         self.thread_id = threading.get_ident()
         self.deadline = 0.0
         self.state = GuardState.RUNNING
@@ -136,14 +148,24 @@ class Watchdog(Component):
         self.fired_total = 0
         self.stuck_total = 0
 
-    def within(self, seconds: float, call: Callable[[], Any], *, on_stuck: Callable[[], None] | None = None) -> Callable[[], Any]:
+    def within(
+        self,
+        seconds: float,
+        call: Callable[[], Any],
+        *,
+        on_stuck: Callable[[], None] | None = None,
+        class_name: str | None = None,
+        jid: str | None = None,
+        queue: str | None = None,
+    ) -> Callable[[], Any]:
         """``call`` (a sync perform) run under a timeout of ``seconds``, to be called in the thread
         that runs it. ``on_stuck`` files the job if it outlives the hard limit (it is called on the
-        watchdog thread). Whatever the moment JobTimeout is delivered, it leaves this function as
-        the job's exception, never later."""
+        watchdog thread); ``class_name``, ``jid`` and ``queue`` name the job in the watchdog's log
+        lines. Whatever the moment JobTimeout is delivered, it leaves this function as the job's
+        exception, never later."""
 
         def guarded() -> Any:
-            guard = Guard(seconds, on_stuck=on_stuck)
+            guard = Guard(seconds, on_stuck=on_stuck, class_name=class_name, jid=jid, queue=queue)
             error: BaseException | None = None
             try:
                 self._enter(guard)  # inside the try: a JobTimeout delivered as it returns is the job's
@@ -238,7 +260,14 @@ class Watchdog(Component):
                 self.clock.wait(self._woken, min(IDLE_WAIT_SECONDS, wake - now))
                 continue
             for guard in fired:
-                logger.warning("thread=%s job past its timeout of %g s: JobTimeout raised in it", guard.thread_id, guard.timeout_seconds)
+                logger.warning(
+                    "class=%s jid=%s queue=%s thread=%s past its timeout of %g s: JobTimeout raised in it",
+                    guard.class_name,
+                    guard.jid,
+                    guard.queue,
+                    guard.thread_id,
+                    guard.timeout_seconds,
+                )
             if stuck:
                 self._hard_limit(stuck)
 
@@ -246,8 +275,11 @@ class Watchdog(Component):
         """Outside the lock (filing talks to Redis): file each stuck job, then stop the process."""
         for guard in stuck:
             logger.error(
-                "thread=%s job still running %g s after its timeout of %g s fired (a blocking call ignored JobTimeout): "
-                "it goes to the retry set and this worker process stops (TIMEOUT_HARD_LIMIT_SECONDS)",
+                "class=%s jid=%s queue=%s thread=%s still running %g s after its timeout of %g s fired (a blocking call ignored "
+                "JobTimeout): it goes to the retry set and this worker process stops (TIMEOUT_HARD_LIMIT_SECONDS)",
+                guard.class_name,
+                guard.jid,
+                guard.queue,
                 guard.thread_id,
                 self.hard_limit_seconds,
                 guard.timeout_seconds,
@@ -256,7 +288,13 @@ class Watchdog(Component):
                 try:
                     guard.on_stuck()
                 except Exception:  # not filed: it stays in flight and is recovered by the next process in the slot
-                    logger.exception("thread=%s could not file the stuck job; it is recovered from the in-flight list", guard.thread_id)
+                    logger.exception(
+                        "class=%s jid=%s queue=%s thread=%s could not file the stuck job; it is recovered from the in-flight list",
+                        guard.class_name,
+                        guard.jid,
+                        guard.queue,
+                        guard.thread_id,
+                    )
         if self.on_hard_limit is not None:
             self.on_hard_limit()
 

@@ -4,6 +4,7 @@ enforced on sync jobs by the watchdog, and never landing outside the job."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -79,8 +80,9 @@ def retried(redis) -> list[dict]:
 
 
 @pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
-def test_a_sync_job_looping_past_its_timeout_lands_in_the_retry_set_with_job_timeout(redis, watchdog):
+def test_a_sync_job_looping_past_its_timeout_lands_in_the_retry_set_with_job_timeout(redis, watchdog, caplog):
     # Given a job that would spin in Python for 30 s, with a 0.3 s timeout
+    caplog.set_level(logging.WARNING, logger="jobsapp.timeouts")
     jid = Spin.set(timeout=0.3).perform_async(30, "spun")
     processor = Processor(RetryPolicy(get_redis(), INFLIGHT), watchdog=watchdog)
     # When a processor runs it
@@ -95,6 +97,9 @@ def test_a_sync_job_looping_past_its_timeout_lands_in_the_retry_set_with_job_tim
     assert failed["jid"] == jid and failed["error_class"] == "jobsapp.errors.JobTimeout"
     assert failed["error_message"] == "the job ran past its timeout of 0.3 s" and failed["retry_count"] == 0
     assert redis.llen(INFLIGHT) == 0
+    # And the watchdog's log line names the job as the processor's lines do
+    (line,) = [record.getMessage() for record in caplog.records if record.name == "jobsapp.timeouts"]
+    assert line.startswith(f"class={Spin.__module__}.Spin jid={jid} queue=default ") and "past its timeout of 0.3 s" in line
 
 
 @pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
@@ -229,8 +234,9 @@ def test_leaving_a_guard_clears_a_timeout_fired_but_not_yet_delivered():
     assert result == "done" and watchdog.fired_total == 1 and watchdog.running() == {}
 
 
-def test_on_its_clock_the_watchdog_fires_at_the_timeout_then_the_hard_limit_and_stops_at_once():
+def test_on_its_clock_the_watchdog_fires_at_the_timeout_then_the_hard_limit_and_stops_at_once(caplog):
     # Given a watchdog on a manual clock with a 10 s hard limit, whose interruptions are recorded
+    caplog.set_level(logging.WARNING, logger="jobsapp.timeouts")
     clock = ManualClock()
     calls: list[tuple[int, object]] = []
     filed, hard_limit, release = threading.Event(), threading.Event(), threading.Event()
@@ -242,7 +248,15 @@ def test_on_its_clock_the_watchdog_fires_at_the_timeout_then_the_hard_limit_and_
     )
     before = set(threading.enumerate())
     # When a perform with a 30 s timeout starts (its blocking call ignores JobTimeout)
-    performing = threading.Thread(target=watchdog.within(30.0, lambda: release.wait(REAL_SECONDS_LIMIT), on_stuck=filed.set))
+    perform = watchdog.within(
+        30.0,
+        lambda: release.wait(REAL_SECONDS_LIMIT),
+        on_stuck=filed.set,
+        class_name="app.jobs.CallPartner",
+        jid="abc123",
+        queue="partners",
+    )
+    performing = threading.Thread(target=perform)
     performing.start()
     try:
         # Then the watchdog's thread starts and waits exactly the timeout
@@ -256,6 +270,11 @@ def test_on_its_clock_the_watchdog_fires_at_the_timeout_then_the_hard_limit_and_
         # When 10 s more pass, Then the job is filed and the process told to stop
         clock.advance_and_settle(10.0)
         assert filed.is_set() and hard_limit.is_set() and watchdog.stuck_total == 1
+        # And both log lines name the job (class, jid, queue) as the processor's lines do
+        lines = [(record.levelname, record.getMessage()) for record in caplog.records if record.name == "jobsapp.timeouts"]
+        assert [level for level, _ in lines] == ["WARNING", "ERROR"]
+        assert all(message.startswith("class=app.jobs.CallPartner jid=abc123 queue=partners thread=") for _, message in lines)
+        assert "past its timeout of 30 s" in lines[0][1] and "still running 10 s after" in lines[1][1]
     finally:
         release.set()
         performing.join(REAL_SECONDS_LIMIT)
