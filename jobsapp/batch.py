@@ -56,13 +56,17 @@ def current() -> str | None:
 
 
 def _callback(job_class: type[Job] | None, what: str) -> tuple[str, str]:
+    """(wire name, queue) of a callback class: its own queue, else ``JOBSAPP["DEFAULT_QUEUE"]`` as
+    of the ``Batch(...)`` call (stored in the batch's hash, which ``batch_update.lua`` pushes to)."""
+    from .client import job_template  # client imports this module
     from .job import Job
 
     if job_class is None:
         return "", ""
     if not (isinstance(job_class, type) and issubclass(job_class, Job)):
         raise TypeError(f"{what} must be a Job class, not {job_class!r}")
-    return job_class.wire_name(), str(job_class.sidekiq_options_hash.get("queue") or "default")
+    template = job_template(job_class)
+    return template.wire_name, template.queue
 
 
 class Batch:

@@ -75,7 +75,8 @@ class Definition:
     every_seconds: int | None = None
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
-    queue: str = "default"
+    #: The definition's own queue; None: the class's, else ``JOBSAPP["DEFAULT_QUEUE"]`` (see ``queue``).
+    named_queue: str | None = None
     timezone: str = "UTC"
     missed: str = "run_once"
     description: str = ""
@@ -87,6 +88,17 @@ class Definition:
     def next_tick(self, epoch_seconds: float) -> int:
         """The first tick strictly after ``epoch_seconds``."""
         return next_tick(epoch_seconds, cron=self.cron, every_seconds=self.every_seconds, timezone=self.timezone)
+
+    @property
+    def queue(self) -> str:
+        """The queue a tick is pushed to: the definition's, else the class's, else
+        ``JOBSAPP["DEFAULT_QUEUE"]``, resolved by ``client.job_template`` at each call: ``claim``
+        reads it for every tick it pushes, so a settings change applies from the next tick. The
+        copy written in the ``cron_job:<name>`` hash (``register``, once per worker start, for the
+        dashboard and sidekiq-cron's ``message``) is the value as of that start."""
+        from .client import job_template  # client imports this module's neighbours at load
+
+        return self.named_queue or job_template(self.job_class).queue
 
     @property
     def schedule(self) -> str:
@@ -105,9 +117,11 @@ class Definition:
 
     def item(self, jid: str) -> dict[str, Any]:
         """The job as pushed (without ``enqueued_at``, which the claim script stamps)."""
-        options = {key: value for key, value in self.job_class.sidekiq_options_hash.items() if key != "class_name"}
-        item: dict[str, Any] = {"class": self.job_class.wire_name(), "args": list(self.args)}
-        item.update(options)
+        from .client import job_template
+
+        template = job_template(self.job_class)
+        item: dict[str, Any] = {"class": template.wire_name, "args": list(self.args)}
+        item.update(template.options)
         item["queue"] = self.queue
         item["jid"] = jid
         item["created_at"] = None  # set by the caller
@@ -203,7 +217,7 @@ def build(name: str, spec: dict[str, Any]) -> Definition:
     missed = spec.get("missed", "run_once")
     if missed not in MISSED_CHOICES:
         raise ImproperlyConfigured(f'periodic job {name!r}: "missed" must be "run_once" or "skip", not {missed!r}')
-    queue = spec.get("queue") or job_class.sidekiq_options_hash.get("queue") or jobs_settings.DEFAULT_QUEUE
+    queue = spec.get("queue")  # None: the class's queue or DEFAULT_QUEUE, at each push (Definition.queue)
     return Definition(
         name=name,
         job_class=job_class,
@@ -211,7 +225,7 @@ def build(name: str, spec: dict[str, Any]) -> Definition:
         every_seconds=every,
         args=list(args),
         kwargs=dict(kwargs),
-        queue=str(queue),
+        named_queue=str(queue) if queue else None,
         timezone=str(timezone),
         missed=missed,
         description=str(spec.get("description", "")),
@@ -273,7 +287,7 @@ def claim(client: redis.Redis, definition: Definition, tick: int, *, created_at:
     pushed, outcome = scripts.periodic_claim(
         client,
         name=definition.name,
-        queue=definition.queue,
+        queue=item["queue"],  # resolved now (Definition.queue), the same as in the payload
         tick=tick,
         tick_iso=moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
         tick_ruby=moment.strftime(RUBY_TIME_FORMAT),

@@ -67,6 +67,21 @@ def test_a_failure_completes_the_batch_and_success_waits_for_the_retry(redis):
     assert callbacks(redis) == [(BatchSuccess.wire_name(), [batch.bid, {"total": 2, "succeeded": 2, "failed": 0}])]
 
 
+@pytest.mark.django_db
+def test_a_callback_class_without_a_queue_goes_to_the_default_queue_setting(redis, settings):
+    # Given DEFAULT_QUEUE set to "fallback", and a batch whose callback class names no queue
+    settings.JOBSAPP = {**settings.JOBSAPP, "DEFAULT_QUEUE": "fallback"}
+    batch = Batch(on_complete=Noop)
+    with batch.jobs():
+        BatchMember.perform_async("a")
+    # When its job runs
+    run_next(redis, "fallback")
+    # Then the callback was pushed to DEFAULT_QUEUE (not "default")
+    (pushed,) = [json.loads(raw) for raw in redis.lrange("queue:fallback", 0, -1)]
+    assert (pushed["class"], pushed["args"][0]) == (Noop.wire_name(), batch.bid)
+    assert redis.llen("queue:default") == 0
+
+
 def test_a_refused_unique_push_is_not_waited_for_and_plain_jobs_carry_no_batch(redis):
     # Given a unique job already pushed, then pushed again inside a batch with another job
     UniqueRecord.perform_async("held")

@@ -94,6 +94,25 @@ def test_after_downtime_a_missed_tick_runs_once_or_is_skipped(redis, missed, pus
     assert outcomes == (["enqueued", "done"] if pushed else ["skipped", "done"])
 
 
+def test_a_tick_goes_to_the_default_queue_as_of_its_push_unless_a_queue_is_named(redis, settings):
+    # Given a job naming no queue (nor does its class) and one naming "reports", built and
+    # registered while DEFAULT_QUEUE is "first"
+    settings.JOBSAPP = {**settings.JOBSAPP, "DEFAULT_QUEUE": "first"}
+    unnamed, named = definition(every=1), definition(name="named", every=1, queue="reports")
+    now = server_now()
+    for job in (unnamed, named):
+        periodic.register(get_redis(), job, server_now=now - 5)
+    # When DEFAULT_QUEUE changes to "second" before their ticks are claimed
+    settings.JOBSAPP = {**settings.JOBSAPP, "DEFAULT_QUEUE": "second"}
+    for job in (unnamed, named):
+        assert periodic.claim(get_redis(), job, job.previous_tick(now), created_at=now)[1] == "enqueued"
+    # Then the unnamed one's tick went to DEFAULT_QUEUE as of the push, the named one to its queue
+    (pushed,) = [json.loads(raw) for raw in redis.lrange("queue:second", 0, -1)]
+    assert pushed["class"] == RECORD and pushed["queue"] == "second" and pushed["periodic"] == "report"
+    assert redis.llen("queue:reports") == 1 and redis.llen("queue:first") == 0
+    assert {b"second", b"reports"} <= redis.smembers("queues")
+
+
 def test_a_disabled_job_does_not_run_until_enabled(redis):
     # Given a job every second, disabled from the dashboard's API
     job = definition(every=1)
