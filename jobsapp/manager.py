@@ -185,7 +185,8 @@ class Manager:
         if self.async_lane is not None:  # the lane's jobs, until the deadline
             self.async_lane.wait_idle(deadline)
         with self._lock:
-            unfinished = [running.unit for running in self._running.values()]
+            filed = self.processor.filed_stuck  # in retry/dead already (the hard limit): not put back
+            unfinished = [running.unit for running in self._running.values() if not any(running.unit is unit for unit in filed)]
         if self.async_lane is not None:  # cancels the jobs still running: their threads park; put back below, never filed
             self.async_lane.stop(deadline)
         self.acker.stop()

@@ -98,6 +98,9 @@ class Processor:
         self.async_lane = async_lane  # where async jobs run; None: in the calling thread (jobsapp.aio)
         self.quarantine = quarantine  # runs jobs recovered from dead processes one at a time
         self.watchdog = watchdog or timeouts.default_watchdog()  # sync jobs' sidekiq_options(timeout=...)
+        # units the hard limit filed in retry/dead while their thread still runs them: no longer in
+        # flight, so the manager must not count them as put back at shutdown (identity: the same object)
+        self.filed_stuck: list[UnitOfWork] = []
         # Asked once: runworkers sets the level before it builds the processor (jobsapp.logs).
         self.log_jobs = logger.isEnabledFor(logging.INFO)
         # JOBSAPP["QUEUE_LIMITS"]: queue -> jobs of it running at once, across every process
@@ -148,6 +151,7 @@ class Processor:
             "(a blocking call ignored JobTimeout): its worker process was stopped"
         )
         outcome = self.policy.handle(unit, item, job_class, exception)
+        self.filed_stuck.append(unit)
         jid = item.get("jid")
         logger.error("class=%s jid=%s queue=%s stuck past the hard limit (%s)", item.get("class"), jid, unit.queue, outcome.kind)
 

@@ -167,6 +167,8 @@ def test_the_hard_limit_recycles_a_child_and_its_other_jobs_are_put_back_and_run
     held_by_stuck_child = [entry for entry in started if entry.endswith(f":{stuck_pid}") and not entry.startswith("stuck:")]
     assert held_by_stuck_child, f"the stuck child ran no other job: {started}"
     assert "put back" in worker.output
+    # (the stuck job itself was filed, not put back: no line, no on_requeue says otherwise)
+    assert not any(stuck_jid in line and "put back" in line for line in worker.output.splitlines())
     # And the stuck job is in the retry set with JobTimeout saying why, and in no queue
     (failed,) = retried(redis)
     assert failed["jid"] == stuck_jid and failed["error_class"] == "jobsapp.errors.JobTimeout"
