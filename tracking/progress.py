@@ -5,8 +5,12 @@ processor thread running it (and any thread the job starts: it is locked). Every
 through ``tracking.writer.record_change``: ``working`` and progress messages are handed to the
 process's recording thread without waiting, the final status waits for its commit (see
 ``tracking.writer`` for why). Progress messages are buffered and handed over at most once per
-``MESSAGE_FLUSH_INTERVAL_SECONDS``; whatever is left goes out in the same write as the job's final
-status, so a job that reports every row of a chunk costs one write per second, not one per row.
+``MESSAGE_FLUSH_INTERVAL_SECONDS``, so a job that reports every row of a chunk costs one write per
+second, not one per row. A message is never held longer than that: the first one buffered asks
+the recording thread (``Writer.defer``) to take the buffer when the interval is up, so "step 1 of
+4" before a long step shows while the step runs. Whatever is left at the end goes out in the same
+write as the job's final status. Recording inline (inside a transaction, or ``BATCH_WRITES``
+off) there is no recording thread: buffered messages then wait for the next message or the end.
 If the worker dies, unwritten messages are lost; the event's status is not.
 """
 
@@ -22,7 +26,7 @@ from django.utils import timezone
 
 from .conf import tracking_settings
 from .transitions import MESSAGES_ONLY, START, WORKING, Change, MessageEntry, Transition, message_entry
-from .writer import record_change, records_inline
+from .writer import get_writer, record_change, records_inline
 
 
 class EventHandle:
@@ -64,11 +68,17 @@ class EventHandle:
             self._fraction.value = None
         with self._lock:
             self._buffer.append(entry)
-            due = self._clock() - self._last_flush >= self.flush_interval_seconds
-        if due and not (records_inline() and _on_event_loop()):
-            # an async job's perform runs on an event loop, where Django refuses a database call:
-            # its messages then wait for its end and are written with its final status
-            self.flush()
+            first = len(self._buffer) == 1
+            waited = self._clock() - self._last_flush
+        inline = records_inline()
+        if waited >= self.flush_interval_seconds:
+            if not (inline and _on_event_loop()):
+                # an async job's perform runs on an event loop, where Django refuses a database call:
+                # its messages then wait for its end and are written with its final status
+                self.flush()
+        elif first and not inline:
+            # outside the lock: the recording thread takes it (then this one) when the time is up
+            get_writer().defer(self.flush_interval_seconds - waited, self._buffered_change)
 
     def next_message_reports(self, done: int, total: int) -> None:
         """The next ``add_message`` of this thread carries its fraction (``done`` of ``total``),
@@ -77,10 +87,14 @@ class EventHandle:
 
     def flush(self) -> None:
         """Hand the buffered messages to the writer now, keeping the status."""
-        entries = self._take()
-        if entries:
-            change = Change(self.job_id, MESSAGES_ONLY, timezone.now(), entries=entries)
+        change = self._buffered_change()
+        if change is not None:
             record_change(change, wait=False)
+
+    def _buffered_change(self) -> Change | None:
+        """The buffered messages as one change (taking them), None when there are none."""
+        entries = self._take()
+        return Change(self.job_id, MESSAGES_ONLY, timezone.now(), entries=entries) if entries else None
 
     def end(self, transition: Transition, message: str | None = None) -> bool | None:
         """Record how the run ended, with the buffered messages, in one write; returns once it is

@@ -23,6 +23,12 @@ What waits and what does not, and why no event can stay ``working`` for a job th
   logged and its waiting thread gets the error, as with any database error while recording:
   tracking never decides a job's fate.
 
+Progress messages a job buffers (``tracking.progress``) are never held longer than
+``MESSAGE_FLUSH_INTERVAL_SECONDS``: the first message of a batch registers the handle with
+``defer``, and this thread takes what is buffered when that time is up (waking for it, or on its
+next batch) and queues it like any change. It takes it under the condition, so a job's final status,
+which takes the rest under the handle's lock then queues, can never be queued before it.
+
 A thread already inside a transaction (tests, the admin, a caller recording in its own atomic
 block) records inline instead, so the record commits or rolls back with that transaction; so does
 every thread when ``TRACKING["BATCH_WRITES"]`` is False.
@@ -37,7 +43,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -91,6 +97,8 @@ class Writer:
         # While the writer sleeps: wake it for any change (0), or once this many waited-for
         # changes are queued (gathering); None while it works. Saves a wake-up per change.
         self._wake_at: int | None = None
+        # (monotonic time due, what takes a handle's buffered messages as a change) (see defer)
+        self._deferred: list[tuple[float, Callable[[], Change | None]]] = []
         self.batches = 0
         self.changes = 0
 
@@ -124,6 +132,30 @@ class Writer:
             raise ticket.error
         return ticket.result
 
+    def defer(self, delay_seconds: float, take: Callable[[], Change | None]) -> None:
+        """Call ``take`` on this thread in ``delay_seconds`` (sooner when stopping) and queue the
+        change it returns (None: nothing left to write). Buffered progress messages use it, so the
+        last one before a long step is written while the step runs, not after it."""
+        with self._condition:
+            if self._thread is None:
+                self.start()
+            self._deferred.append((time.monotonic() + delay_seconds, take))
+            if self._wake_at is not None:
+                self._condition.notify()  # sleeping: wait again until this one is due
+
+    def _take_deferred(self) -> float:
+        """Queue the deferred changes that are due (all of them when stopping); seconds until the
+        next one is due. Called with the condition held."""
+        now = time.monotonic()
+        due = [entry for entry in self._deferred if entry[0] <= now or self._stopping]
+        if due:
+            self._deferred = [entry for entry in self._deferred if not (entry[0] <= now or self._stopping)]
+            for _, take in due:
+                change = take()
+                if change is not None:
+                    self._pending.append(Ticket(change))
+        return min((entry[0] for entry in self._deferred), default=now + IDLE_CLOSE_SECONDS) - now
+
     def quiet(self) -> None:
         """Nothing to quiet: submissions are accepted until ``stop``."""
 
@@ -140,10 +172,12 @@ class Writer:
     def _run(self) -> None:
         while True:
             with self._condition:
+                next_due = self._take_deferred()
                 if not self._pending and not self._stopping:
                     self._wake_at = 0
-                    self._condition.wait(IDLE_CLOSE_SECONDS)
+                    self._condition.wait(min(IDLE_CLOSE_SECONDS, max(next_due, 0.0)))
                     self._wake_at = None
+                    self._take_deferred()
                 self._gather()
                 if self._pending:
                     size = min(len(self._pending), tracking_settings.BATCH_MAX_CHANGES)
@@ -153,6 +187,8 @@ class Writer:
                     self._released = waited
                 elif self._stopping:
                     break
+                elif self._deferred:
+                    continue  # woken for a deferred change not due yet: not idle
                 else:
                     batch = []
             if batch:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from jobsapp import Job, sidekiq_options
 from tracking import BusinessFailure, TrackedJob
@@ -48,3 +49,14 @@ class AsyncReports(TrackedJob):
         for row in range(1, rows + 1):
             self.report_progress(row, rows, unit="row")
             await asyncio.sleep(0)
+
+
+class ReportsThenWaits(TrackedJob):
+    """Reports one step, then waits for ``release`` (a long step) before finishing."""
+
+    release = threading.Event()
+
+    def perform(self, seconds):
+        self.add_message("step 1 of 4")
+        if not ReportsThenWaits.release.wait(seconds):
+            raise TimeoutError("never released")

@@ -11,7 +11,7 @@ import pytest
 
 from jobsapp import middleware
 from jobsapp.errors import UnknownJobClass
-from tests.tracking.jobs import AsyncReports, Crashes, FailsOnPurpose, PlainTracked, Reports, Succeeds, Untracked
+from tests.tracking.jobs import AsyncReports, Crashes, FailsOnPurpose, PlainTracked, Reports, ReportsThenWaits, Succeeds, Untracked
 from tracking import BusinessFailure, NormalException
 from tracking.models import Event, Task
 
@@ -264,6 +264,44 @@ def test_progress_messages_flush_while_running(pop, run_job, settings):
     Reports.perform_async(3)
     run_item(pop())
     assert seen == [1, 2, 3]
+
+
+@pytest.mark.django_db(transaction=True)  # the job's thread records through the recording thread, as a worker's does
+def test_a_message_before_a_long_step_is_written_while_the_step_runs(pop, settings):
+    import threading
+
+    from django.db import connection
+
+    from tests.manual_clock import REAL_SECONDS_LIMIT
+    from tests.tracking.conftest import run_item
+    from tests.workers import wait_until
+
+    # Given messages flushed at most every 0.3 s, and a job that reports "step 1 of 4", then
+    # blocks in a long step until released
+    settings.TRACKING = {"MESSAGE_FLUSH_INTERVAL_SECONDS": 0.3}
+    ReportsThenWaits.release.clear()
+    jid = ReportsThenWaits.perform_async(REAL_SECONDS_LIMIT)
+    item = pop()
+
+    def run() -> None:
+        try:
+            run_item(item)
+        finally:
+            connection.close()  # this thread's own connection: the test database is dropped after the run
+
+    performing = threading.Thread(target=run)
+    # When it runs in a processor-like thread (no further message, no end yet)
+    performing.start()
+    try:
+        # Then its message reaches the database while the job still runs
+        wait_until(lambda: "step 1 of 4" in [entry["message"] for entry in event(jid).messages], timeout_seconds=10, message="step 1 shown")
+        assert performing.is_alive() and event(jid).status == "working"
+    finally:
+        ReportsThenWaits.release.set()
+        performing.join(REAL_SECONDS_LIMIT)
+    # And once released it finishes, the message written once
+    row = event(jid)
+    assert row.status == "finish" and [entry["message"] for entry in row.messages].count("step 1 of 4") == 1
 
 
 def test_missing_event_is_created_by_the_worker(pop, run_job):
