@@ -17,7 +17,8 @@ DEFAULTS: dict[str, Any] = {
     "API_MAX_PAGE_SIZE": 500,
     # How often the progress page polls the summary.
     "PAGE_POLL_INTERVAL_MILLISECONDS": 1000,
-    # A running job's progress messages are written at most this often (and always at the end).
+    # A running job's progress messages are written at most this often, and none waits longer
+    # (the recording thread writes the last one when no other follows); all are written at the end.
     "MESSAGE_FLUSH_INTERVAL_SECONDS": 1.0,
     # Tasks and events inserted per INSERT statement by Task.objects.launch.
     "LAUNCH_BATCH_SIZE": 500,
