@@ -23,7 +23,9 @@ clears a pending exception that was not delivered yet, under the same lock. One 
 ``perform`` returned is either cleared or delivered inside the guard: the job then fails with
 ``JobTimeout`` like any job that raised. The failure goes through the normal retry (retry set with
 ``error_class`` ``jobsapp.errors.JobTimeout``, then dead); a job that catches it and carries on is
-not interrupted again.
+not interrupted again, nor one where the exception was delivered inside a ``__del__`` or a gc
+callback running in its thread (Python swallows it there: "Exception ignored in"; seen once under
+Python 3.11 in test_timeouts): the hard limit is the backstop for both.
 
 The hard limit (``JOBSAPP["TIMEOUT_HARD_LIMIT_SECONDS"]``, off by default): a job still inside
 its guard that many seconds after its timeout fired ignored the exception (a blocking C call).
