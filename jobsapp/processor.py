@@ -130,8 +130,13 @@ class Processor:
         filed once even when its own failure path had filed it already (then nothing is written)."""
         started = time.monotonic() if started is None else started
         reason = f"{type(exception).__name__}: {safe_message(exception)[:500]}"
-        wrapped = malformed_item(unit.raw, unit.queue, f"could not be handled: {reason}")
         logger.error("queue=%s job parked in the dead set as malformed: %s", unit.queue, reason)
+        return self._bury_malformed(unit, f"could not be handled: {reason}", exception, started)
+
+    def _bury_malformed(self, unit: UnitOfWork, reason: str, exception: BaseException, started: float) -> Result:
+        """File ``unit`` in the dead set wrapped as malformed (its raw text kept, so Sidekiq's Web
+        UI can still list it) with ``reason``; never acknowledged: filing removes it from flight."""
+        wrapped = malformed_item(unit.raw, unit.queue, reason)
         self.policy.bury(unit, wrapped, exception, reason=DeadReason.MALFORMED)
         return Result(
             jid=wrapped["jid"],
@@ -159,17 +164,8 @@ class Processor:
         try:
             item = decode(unit.raw)
         except MalformedPayload as exc:
-            # dead: wrapped so the raw text survives and Sidekiq's Web UI can still list it
-            wrapped = malformed_item(unit.raw, unit.queue, str(exc))
             logger.error("queue=%s malformed job sent to the dead set: %s", unit.queue, exc)
-            self.policy.bury(unit, wrapped, exc, reason=DeadReason.MALFORMED)
-            return Result(
-                jid=wrapped["jid"],
-                acknowledge=False,
-                failed=True,
-                job_class="jobsapp.MalformedPayload",
-                elapsed_seconds=time.monotonic() - started,
-            )
+            return self._bury_malformed(unit, str(exc), exc, started)
         jid = item.get("jid")
         jid = jid if isinstance(jid, str) else ""
         class_name = item["class"]
