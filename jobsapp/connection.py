@@ -32,7 +32,7 @@ import redis.sentinel
 from django.conf import settings
 from redis.connection import SSLConnection, parse_url
 
-from . import shards
+from . import lean_redis, shards
 from .errors import RedisUnavailable
 from .redaction import redact_url
 
@@ -146,6 +146,8 @@ def _sentinel_master(target: _Target, *, socket_timeout_seconds: float, pool_siz
     manager = redis.sentinel.Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_options)
     return manager.master_for(
         target.sentinel_service,
+        redis_class=lean_redis.LeanRedis,
+        connection_pool_class=lean_redis.LeanSentinelConnectionPool,
         socket_timeout=socket_timeout_seconds,
         socket_connect_timeout=min(socket_timeout_seconds, 5.0),
         health_check_interval=30,
@@ -163,7 +165,7 @@ def _build(target: _Target, pool_size: int | None = None) -> redis.Redis:
     timeout = target.socket_timeout_seconds
     if target.sentinels:
         return _sentinel_master(target, socket_timeout_seconds=timeout, pool_size=pool_size)
-    return redis.Redis.from_url(
+    return lean_redis.from_url(
         target.url,
         socket_timeout=timeout,
         socket_connect_timeout=min(timeout, 5.0),
@@ -265,7 +267,7 @@ def new_redis(*, blocking_timeout_seconds: float = 0.0, shard: str | None = None
     timeout = max(target.socket_timeout_seconds, blocking_timeout_seconds + 5)
     if target.sentinels:
         return _remember(_sentinel_master(target, socket_timeout_seconds=timeout, pool_size=None))
-    return redis.Redis.from_url(
+    return lean_redis.from_url(
         target.url,
         socket_timeout=timeout,
         socket_connect_timeout=5.0,
