@@ -38,9 +38,10 @@ import os
 from typing import Any
 
 import redis
+import redis.client
 import redis.sentinel
 from redis.connection import AbstractConnection, ConnectionPool
-from redis.exceptions import ResponseError
+from redis.exceptions import ResponseError, WatchError
 
 #: The attribute a command of the short path sets on a connection whose reply it read whole.
 CLEAN_MARK = "_jobsapp_clean"
@@ -145,6 +146,30 @@ class LeanSentinelConnectionPool(LeanPoolMixin, redis.sentinel.SentinelConnectio
     pass
 
 
+class LeanPipeline(redis.client.Pipeline):
+    """A pipeline (or MULTI/EXEC transaction) that leaves its connection marked clean when it read
+    every reply, and closes it when it was interrupted before that (see the module)."""
+
+    def _execute_transaction(self, connection: Any, commands: Any, raise_on_error: Any) -> Any:
+        return self._lean_execute(super()._execute_transaction, connection, commands, raise_on_error)
+
+    def _execute_pipeline(self, connection: Any, commands: Any, raise_on_error: Any) -> Any:
+        return self._lean_execute(super()._execute_pipeline, connection, commands, raise_on_error)
+
+    @staticmethod
+    def _lean_execute(execute: Any, connection: Any, commands: Any, raise_on_error: Any) -> Any:
+        try:
+            responses = execute(connection, commands, raise_on_error)
+        except (ResponseError, WatchError):  # raised after every reply was read
+            connection.__dict__[CLEAN_MARK] = True
+            raise
+        except BaseException:
+            connection.disconnect()
+            raise
+        connection.__dict__[CLEAN_MARK] = True
+        return responses
+
+
 class LeanRedis(redis.Redis):
     """``redis.Redis`` on a lean pool: a plain command is one checkout, one send, one read."""
 
@@ -163,6 +188,12 @@ class LeanRedis(redis.Redis):
             )
         finally:
             pool.release(connection)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pool = self.connection_pool
+        if not isinstance(pool, LeanPoolMixin) or not pool._lean_ready():
+            return super().pipeline(transaction, shard_hint)
+        return LeanPipeline(pool, self.response_callbacks, transaction, shard_hint)
 
     def _lean_call(self, connection: AbstractConnection, name: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         try:

@@ -58,6 +58,23 @@ def test_pipelines_transactions_scripts_and_pubsub(client):
     assert client.get("a") == b"2"
 
 
+def test_a_pipeline_that_read_every_reply_leaves_its_connection_clean(client, monkeypatch):
+    with client.pipeline() as pipe:
+        pipe.set("key", "value").incr("counter").execute()
+    (connection,) = client.connection_pool._available_connections
+    assert connection.__dict__[lean_redis.CLEAN_MARK] is True  # the next checkout polls nothing
+    with pytest.raises(redis_lib.ResponseError), client.pipeline(transaction=False) as pipe:
+        pipe.incr("key").get("key").execute()  # an error reply: every reply read all the same
+    assert connection.__dict__[lean_redis.CLEAN_MARK] is True
+    # an interrupted pipeline closes its connection: the next command reads its own reply
+    with monkeypatch.context() as patch:
+        patch.setattr(redis_lib.client.Pipeline, "parse_response", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt), client.pipeline() as pipe:
+            pipe.echo("never read").execute()
+    assert connection._sock is None
+    assert client.get("counter") == b"1"
+
+
 def test_a_connection_returned_with_an_unread_reply_is_not_reused_as_it_is(client):
     # Given a connection returned to the pool holding a reply nobody read (a pipeline or a command
     # interrupted between its send and its read: an exception raised into the thread, JobTimeout)
