@@ -152,6 +152,7 @@ def test_the_pool_size_limit_holds(redis_server):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # the child only sends one command
 def test_a_forked_child_never_uses_its_parent_s_connection(client):
     parent_id = client.client_id()
     reader, writer = os.pipe()
