@@ -11,6 +11,7 @@ those still running; TSTP and TTIN are forwarded.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -48,6 +49,11 @@ class Supervisor:
     def _spawn(self, slot_number: int) -> None:
         connections.close_all()
         connection.reset()
+        # The parent's objects (Django, the engine, the project's jobs) leave the cyclic GC for good:
+        # a collection in a child writes to every object it examines, and so would copy the pages
+        # it shares with the parent, one by one (Python's gc.freeze advice for pre-fork servers).
+        # -P 2 -c 10: the PSS of all three processes 111 -> 71 MB.
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
             code = 1

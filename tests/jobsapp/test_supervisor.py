@@ -3,6 +3,11 @@ through real processes: tests/faults/test_s01_sigkill.py and test_s02_forced_exi
 
 from __future__ import annotations
 
+import gc
+import os
+
+import pytest
+
 from jobsapp.supervisor import MAX_RESTART_DELAY_SECONDS, RESTARTS_PER_MINUTE, Supervisor
 from tests.manual_clock import ManualClock
 
@@ -34,3 +39,27 @@ def test_a_slot_that_stayed_up_a_minute_is_restarted_at_once_again():
     # When its child then runs for over a minute before dying, Then it is restarted at once
     clock.advance(61)
     assert supervisor.restart_delay_seconds(0) == 0.0
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # the child only writes to a pipe
+def test_children_start_with_the_parent_s_objects_frozen_out_of_the_gc():
+    # The cyclic GC writes to every object it examines: in a child those writes would copy the
+    # parent's pages one by one, so every child would end up with a private copy of Django.
+    reader, writer = os.pipe()
+
+    def report(slot_number: int) -> int:
+        os.write(writer, str(gc.get_freeze_count()).encode())
+        return 0
+
+    supervisor = Supervisor(processes=1, timeout_seconds=1, run_child=report)
+    try:
+        supervisor._spawn(0)
+        (pid,) = supervisor.children
+        _, status = os.waitpid(pid, 0)
+        frozen_in_child = int(os.read(reader, 100))
+    finally:
+        gc.unfreeze()  # this test process is no supervisor
+        os.close(reader)
+        os.close(writer)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert frozen_in_child > 10_000  # Django and the engine, imported before the fork
