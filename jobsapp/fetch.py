@@ -33,6 +33,7 @@ import redis
 
 from . import keys, scripts
 from .connection import as_bytes, as_text
+from .pop_connection import PopConnection, pack_command
 
 #: Daily stats counters live five years, as Sidekiq's.
 DAILY_STATS_TTL_SECONDS = 5 * 365 * 24 * 3600
@@ -42,6 +43,9 @@ PAUSED_IDLE_SECONDS = 0.1
 
 #: Basic fetch reads the paused queues at most this often, not once per job.
 PAUSED_REFRESH_SECONDS = 1.0
+
+#: The most packed BRPOP commands basic fetch keeps (one per queue order it has used).
+MAX_PACKED_COMMANDS = 256
 
 
 @dataclass(slots=True)
@@ -387,7 +391,9 @@ class ReliableFetch(_Interruptible):
 class BasicFetch:
     """Sidekiq's BRPOP fetch: each processor thread blocks in its own ``BRPOP`` over its queues
     (strict or weighted-random order per call, as the QueueOrder says) on a connection of its
-    own, runs the job, and takes the next. A job lives only in memory while it runs (lost on
+    own, runs the job, and takes the next. That connection is a ``PopConnection``
+    (``jobsapp.pop_connection``): a BRPOP is one send of bytes packed once per queue order and
+    one blocking read, without the two ``poll`` calls and the client layers of redis-py's path. A job lives only in memory while it runs (lost on
     SIGKILL); there is nothing in flight in Redis to acknowledge, so an ack only counts it.
 
     Paused queues are read at most once per ``PAUSED_REFRESH_SECONDS`` for all threads, not once
@@ -421,6 +427,8 @@ class BasicFetch:
         self._paused: frozenset[str] = frozenset()
         self._paused_read_at: float | None = None
         self._keys = {name: keys.queue(name) for name in queues.names}
+        self._names = {key.encode("utf-8"): name for name, key in self._keys.items()}
+        self._commands: dict[tuple[tuple[str, ...], float], bytes] = {}
 
     def _paused_queues(self) -> frozenset[str]:
         """The paused queues, read at most once per ``PAUSED_REFRESH_SECONDS`` (not a round trip
@@ -435,47 +443,45 @@ class BasicFetch:
                 self._paused_read_at = now
             return self._paused
 
-    def _blocking_connection(self) -> redis.connection.AbstractConnection:
-        """This thread's own connection, held for good: a BRPOP is written and read on it
-        directly, without a pool check-out and check-in (their pid and stale-data checks cost
-        three system calls) or the client's per-command wrappers, as Sidekiq's fetch does."""
-        connection: redis.connection.AbstractConnection | None = getattr(self._local, "connection", None)
-        if connection is None:
-            client = self.make_blocking_client()
-            connection = client.connection_pool.get_connection()
-            try:
-                connection.send_command("CLIENT", "ID")
-                connection_id = int(connection.read_response())
-            except BaseException:
-                client.connection_pool.release(connection)
-                raise
-            self._local.client = client  # kept: a client collected as garbage closes its pool's connections
-            self._local.connection = connection
-            self._local.connection_id = connection_id
+    def _pop_connection(self) -> PopConnection:
+        """This thread's own connection, held for good (``jobsapp.pop_connection``: a BRPOP is
+        one send and one read on it, without a pool check-out or the client's layers)."""
+        pop: PopConnection | None = getattr(self._local, "pop", None)
+        if pop is None:
+            pop = PopConnection(self.make_blocking_client())
+            self._local.pop = pop
             with self._lock:
-                self._blocking_ids.append(connection_id)
-        return connection
+                self._blocking_ids.append(pop.id)
+        return pop
 
-    def _forget_blocking_connection(self) -> None:
+    def _forget_pop_connection(self) -> None:
         """After an error on it: closed; the thread's next take opens another (new id)."""
-        connection: redis.connection.AbstractConnection | None = getattr(self._local, "connection", None)
-        if connection is None:
+        pop: PopConnection | None = getattr(self._local, "pop", None)
+        if pop is None:
             return
-        connection.disconnect()
-        self._local.connection = self._local.client = None
+        self._local.pop = None
         with self._lock:
-            if self._local.connection_id in self._blocking_ids:
-                self._blocking_ids.remove(self._local.connection_id)
+            if pop.id in self._blocking_ids:
+                self._blocking_ids.remove(pop.id)
+        pop.close()
 
-    def _brpop(self, queue_keys: list[str], block_seconds: float) -> list[bytes] | None:
-        connection = self._blocking_connection()
+    def _command(self, queue_keys: tuple[str, ...], block_seconds: float) -> bytes:
+        """The packed ``BRPOP`` for this queue order, built once per order (a weighted order has
+        at most one per permutation; past ``MAX_PACKED_COMMANDS`` they are built per call)."""
+        command = self._commands.get((queue_keys, block_seconds))
+        if command is None:
+            command = pack_command("BRPOP", *queue_keys, repr(float(block_seconds)))
+            if len(self._commands) < MAX_PACKED_COMMANDS:
+                self._commands[(queue_keys, block_seconds)] = command
+        return command
+
+    def _brpop(self, command: bytes) -> list[bytes] | None:
+        pop = self._pop_connection()
         try:
-            connection.send_command("BRPOP", *queue_keys, block_seconds)
-            reply = connection.read_response()
-        except (redis.ConnectionError, redis.TimeoutError, OSError):  # nothing was popped, or the job is lost (basic fetch)
-            self._forget_blocking_connection()
+            return pop.brpop(command)  # [key, raw] or None
+        except BaseException:  # broken, timed out, an error reply, or interrupted mid-reply: nothing popped, or the job lost (basic fetch)
+            self._forget_pop_connection()
             raise
-        return reply  # [key, raw] or None
 
     def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]:
         """One job for the calling thread, blocking up to ``block_seconds`` for it (``count`` is
@@ -483,17 +489,19 @@ class BasicFetch:
         if self._interrupted.is_set():
             return []
         paused = self._paused_queues()
-        ready = [self._keys[name] for name in self.queues.order(self.rng) if name not in paused]
+        order = self.queues.order(self.rng)
+        ready = tuple(self._keys[name] for name in order if name not in paused)
         if not ready:  # every queue is paused: idle briefly instead of spinning on Redis
             self._interrupted.wait(min(block_seconds, PAUSED_IDLE_SECONDS))
             return []
         if block_seconds <= 0:
             return []
-        popped = self._brpop(ready, block_seconds)
+        popped = self._brpop(self._command(ready, block_seconds))
         if popped is None:  # timed out, or unblocked at quiet
             return []
         key, raw = popped
-        return [UnitOfWork(as_bytes(raw), keys.queue_name(as_text(key)))]
+        name = self._names.get(key)
+        return [UnitOfWork(raw, name if name is not None else keys.queue_name(as_text(key)))]
 
     def interrupt(self) -> None:
         """At quiet: no thread blocks again, and those waiting in BRPOP return at once."""

@@ -117,11 +117,12 @@ def tls_redis(tmp_path) -> Iterator[str]:
         process.wait()
 
 
-def test_redis_over_tls(tls_redis, engine_on):
+@pytest.mark.parametrize("fetch", ["reliable", "basic"])  # basic: each thread's own BRPOP connection is TLS too
+def test_redis_over_tls(tls_redis, engine_on, fetch):
     engine_on(tls_redis)
     Record.perform_async("over-tls")
     client = redis_lib.Redis.from_url(tls_redis)
-    with WorkerProcess(["-c", "2"], redis_url=tls_redis):
+    with WorkerProcess(["-c", "2", "--fetch", fetch], redis_url=tls_redis):
         wait_until(lambda: client.llen(RAN_KEY) == 1, message="the job ran over TLS")
     # and the plain-text port does not exist: nothing went in the clear
     with pytest.raises(redis_lib.ConnectionError):
