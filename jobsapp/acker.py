@@ -38,9 +38,10 @@ logger = logging.getLogger("jobsapp.acker")
 MAX_ACK_BATCH = 500
 
 #: With a fetch that is not reliable an ack only adds to the stats counters: after a wake-up the
-#: acker lets finished jobs gather this long, so it sends one call per many jobs, not per few.
+#: acker lets finished jobs gather this long, so a busy process sends one call a second, not one
+#: per few jobs (Sidekiq flushes its counters every 5 s; stop sends what is left at once).
 #: (Reliable fetch sends at once: a finished job waiting for its ack runs again after a crash.)
-COUNT_ONLY_GATHER_SECONDS = 0.005
+COUNT_ONLY_GATHER_SECONDS = 1.0
 
 #: How long ``stop`` waits for the last batch to reach Redis.
 STOP_JOIN_SECONDS = 10.0
