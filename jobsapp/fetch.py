@@ -393,8 +393,9 @@ class BasicFetch:
     (strict or weighted-random order per call, as the QueueOrder says) on a connection of its
     own, runs the job, and takes the next. That connection is a ``PopConnection``
     (``jobsapp.pop_connection``): a BRPOP is one send of bytes packed once per queue order and
-    one blocking read, without the two ``poll`` calls and the client layers of redis-py's path. A job lives only in memory while it runs (lost on
-    SIGKILL); there is nothing in flight in Redis to acknowledge, so an ack only counts it.
+    one blocking read, without the two ``poll`` calls and the client layers of redis-py's path.
+    A job lives only in memory while it runs (lost on SIGKILL); there is nothing in flight in
+    Redis to acknowledge, so an ack only counts it.
 
     Paused queues are read at most once per ``PAUSED_REFRESH_SECONDS`` for all threads, not once
     per job. ``interrupt`` (quiet) unblocks every waiting ``BRPOP`` (``CLIENT UNBLOCK``); a job a
@@ -490,7 +491,10 @@ class BasicFetch:
             return []
         paused = self._paused_queues()
         order = self.queues.order(self.rng)
-        ready = tuple(self._keys[name] for name in order if name not in paused)
+        if paused:
+            ready = tuple(self._keys[name] for name in order if name not in paused)
+        else:
+            ready = tuple(map(self._keys.__getitem__, order))
         if not ready:  # every queue is paused: idle briefly instead of spinning on Redis
             self._interrupted.wait(min(block_seconds, PAUSED_IDLE_SECONDS))
             return []

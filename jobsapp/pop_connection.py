@@ -47,34 +47,37 @@ class _Incomplete(Exception):
     """The buffer does not hold a whole reply yet."""
 
 
-def _line(buffer: bytes | bytearray, start: int) -> tuple[bytes, int]:
-    end = buffer.find(b"\r\n", start)
-    if end < 0:
-        raise _Incomplete
-    return bytes(buffer[start:end]), end + 2
-
-
 def parse_pop_reply(buffer: bytes | bytearray) -> tuple[list[bytes] | None, int]:
     """A ``BRPOP`` reply at the start of ``buffer`` and how many bytes it took: ``[key, value]``,
     or None (timed out, or unblocked: RESP2's null array, RESP3's null). An error reply raises
     its redis-py exception; a reply of another shape raises ``redis.ConnectionError`` (the
     connection is out of step). Raises ``_Incomplete`` when more bytes are needed."""
-    header, position = _line(buffer, 0)
-    if header in (b"*-1", b"_"):
-        return None, position
-    if header[:1] == b"-":
-        raise BaseParser.parse_error(header[1:].decode("utf-8", "replace"))
+    end = buffer.find(b"\r\n")
+    if end < 0:
+        raise _Incomplete
+    header = bytes(buffer[:end])
+    position = end + 2
     if header != b"*2":
+        if header in (b"*-1", b"_"):
+            return None, position
+        if header[:1] == b"-":
+            raise BaseParser.parse_error(header[1:].decode("utf-8", "replace"))
         raise redis.ConnectionError(f"unexpected reply to BRPOP: {header[:40]!r}")
     values: list[bytes] = []
-    for _ in range(2):
-        length_line, position = _line(buffer, position)
-        if length_line[:1] != b"$":
-            raise redis.ConnectionError(f"unexpected reply to BRPOP: {length_line[:40]!r}")
-        end = position + int(length_line[1:])
+    for _ in range(2):  # two bulk strings: $<length>\r\n<bytes>\r\n
+        end = buffer.find(b"\r\n", position)
+        if end < 0:
+            raise _Incomplete
+        if buffer[position : position + 1] != b"$":
+            raise redis.ConnectionError(f"unexpected reply to BRPOP: {bytes(buffer[position:end])[:40]!r}")
+        start = end + 2
+        try:
+            end = start + int(buffer[position + 1 : end])
+        except ValueError:
+            raise redis.ConnectionError(f"unexpected reply to BRPOP: {bytes(buffer[position:end])[:40]!r}") from None
         if len(buffer) < end + 2:
             raise _Incomplete
-        values.append(bytes(buffer[position:end]))
+        values.append(bytes(buffer[start:end]))
         position = end + 2
     return values, position
 

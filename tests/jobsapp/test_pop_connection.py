@@ -59,8 +59,9 @@ def test_error_replies_raise_redis_py_exceptions():
     with pytest.raises(redis_lib.ResponseError, match="WRONGTYPE"):
         parse_pop_reply(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n")
     # and a reply of another shape means the connection is out of step
-    with pytest.raises(redis_lib.ConnectionError):
-        parse_pop_reply(b"+OK\r\n")
+    for garbled in (b"+OK\r\n", b"*2\r\n:7\r\n", b"*2\r\n$x\r\nqueue:a\r\n"):
+        with pytest.raises(redis_lib.ConnectionError):
+            parse_pop_reply(garbled)
 
 
 def test_a_job_larger_than_one_read_comes_whole_and_the_next_reply_is_its_own(redis, url):
