@@ -9,8 +9,9 @@ drains many thousand jobs a second without a round trip per job.
 
 Wake-ups: a processor thread wakes the acker only when it is idle and waiting; while a batch is
 on its way to Redis the next one gathers without a wake-up per job. With a fetch that is not
-reliable (basic) an ack only counts, so the acker also lets jobs gather for
-``COUNT_ONLY_GATHER_SECONDS`` after each wake-up (the stats lag by at most that much).
+reliable (basic) an ack only counts, so after each wake-up the acker also lets jobs gather while
+they keep finishing, up to ``COUNT_ONLY_GATHER_SECONDS``, and sends once none has finished for
+``COUNT_ONLY_PAUSE_SECONDS`` (the stats lag by at most the first while jobs run, the second after).
 
 When Redis is away or refuses, the batch is resent as it was, with the same token, so
 ``ack.lua`` applies it once (the counters are not added twice when only the reply was lost);
@@ -38,10 +39,14 @@ logger = logging.getLogger("jobsapp.acker")
 MAX_ACK_BATCH = 500
 
 #: With a fetch that is not reliable an ack only adds to the stats counters: after a wake-up the
-#: acker lets finished jobs gather this long, so a busy process sends one call a second, not one
-#: per few jobs (Sidekiq flushes its counters every 5 s; stop sends what is left at once).
+#: acker lets finished jobs gather while they keep coming, up to this long, so a busy process
+#: sends one call a second, not one per few jobs (Sidekiq flushes its counters every 5 s)...
 #: (Reliable fetch sends at once: a finished job waiting for its ack runs again after a crash.)
 COUNT_ONLY_GATHER_SECONDS = 1.0
+
+#: ...and sends as soon as no job has finished for this long (the end of a burst is counted
+#: within milliseconds; stop sends what is left at once).
+COUNT_ONLY_PAUSE_SECONDS = 0.005
 
 #: How long ``stop`` waits for the last batch to reach Redis.
 STOP_JOIN_SECONDS = 10.0
@@ -110,7 +115,15 @@ class Acker:
             if not (self._units or self._processed):
                 return None
             if self._gather_seconds and not self._stopping:
-                self._ready.wait(self._gather_seconds)  # the lock is free meanwhile; only stop() notifies
+                # count-only: gather while jobs keep finishing (one call per COUNT_ONLY_GATHER_SECONDS
+                # at most) and send once they pause; the lock is free meanwhile; only stop() notifies
+                gather_until = time.monotonic() + self._gather_seconds
+                seen = self._processed
+                while not self._stopping:
+                    self._ready.wait(COUNT_ONLY_PAUSE_SECONDS)
+                    if self._processed == seen or time.monotonic() >= gather_until:
+                        break
+                    seen = self._processed
             units = self._units[:MAX_ACK_BATCH]
             jids = self._jids[:MAX_ACK_BATCH]
             del self._units[:MAX_ACK_BATCH]
