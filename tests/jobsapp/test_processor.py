@@ -1,0 +1,81 @@
+"""The processor around a job: Django's stale database connections are closed as Django closes
+them around a request, without a redundant check between back-to-back jobs of one thread.
+
+``close_old_connections`` is replaced by a recorder of its calls (the database is not what these
+tests look at: when the processor asks Django to close stale connections is)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from jobsapp import processor as processor_module
+from jobsapp.connection import get_redis
+from jobsapp.fetch import UnitOfWork
+from jobsapp.processor import Processor
+from jobsapp.retry import RetryPolicy
+from tests.testapp.jobs import RAN_KEY, Record
+
+INFLIGHT = "jobsapp:inflight:test:1:000000000000"
+
+
+@pytest.fixture
+def checks(monkeypatch) -> list[str]:
+    """Each close_old_connections call, as the value of the job running (``before:x``/``after:x``)."""
+    calls: list[str] = []
+
+    def recorder() -> None:
+        ran = [value.decode() for value in get_redis().lrange(RAN_KEY, 0, -1)]
+        calls.append(f"after:{ran[-1]}" if ran and f"after:{ran[-1]}" not in calls else "before")
+
+    monkeypatch.setattr(processor_module, "close_old_connections", recorder)
+    return calls
+
+
+def fetched(redis, value: str) -> UnitOfWork:
+    Record.perform_async(value)
+    raw = redis.lmove("queue:default", INFLIGHT, "RIGHT", "LEFT")
+    return UnitOfWork(raw, "default")
+
+
+def run_in_new_thread(target) -> None:
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(20)
+
+
+def test_connections_are_checked_before_and_after_a_thread_first_job(redis, checks):
+    # Given a processor, When a thread runs its first job
+    processor = Processor(RetryPolicy(get_redis(), INFLIGHT))
+    run_in_new_thread(lambda: processor.process(fetched(redis, "a")))
+    # Then stale connections were closed before it started and after it ended
+    assert checks == ["before", "after:a"]
+
+
+def test_back_to_back_jobs_of_a_thread_check_once_between_them(redis, checks):
+    # Given a processor, When a thread runs two jobs back to back
+    processor = Processor(RetryPolicy(get_redis(), INFLIGHT))
+
+    def two_jobs() -> None:
+        processor.process(fetched(redis, "a"))
+        processor.process(fetched(redis, "b"))
+
+    run_in_new_thread(two_jobs)
+    # Then the check after the first one also serves before the second
+    assert checks == ["before", "after:a", "after:b"]
+
+
+def test_a_thread_that_idled_checks_again_before_its_next_job(redis, checks, monkeypatch):
+    # Given a thread that ran a job, then idled longer than CONNECTIONS_FRESH_SECONDS (0 here)
+    processor = Processor(RetryPolicy(get_redis(), INFLIGHT))
+    monkeypatch.setattr(processor_module, "CONNECTIONS_FRESH_SECONDS", 0.0)
+
+    def two_jobs() -> None:
+        processor.process(fetched(redis, "a"))
+        processor.process(fetched(redis, "b"))
+
+    # When it runs the next job
+    run_in_new_thread(two_jobs)
+    # Then stale connections are closed before it starts, as before the first
+    assert checks == ["before", "after:a", "before", "after:b"]
