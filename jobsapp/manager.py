@@ -2,14 +2,20 @@
 
 Threads (all daemons, named), for a fetch strategy that takes batches (reliable fetch):
 - ``jobsapp.fetcher`` keeps a small local buffer filled: one ``fetch.lua`` round trip brings up
-  to a batch of jobs (already safe in the in-flight list); when every queue is empty it blocks
-  in ``BLMOVE`` so an idle worker starts a new job within a millisecond of its push.
+  to a batch of jobs (already safe in the in-flight list). When every queue is empty it does not
+  block itself: it asks an idle processor thread to block in the fetch (``BLMOVE``) and waits.
+  That thread runs the job it receives (Sidekiq's processors do the same), so a pushed job
+  starts without a hand-off between threads; it then wakes the fetcher to fetch what follows.
+  Only an idle thread blocks, so fair fetch holds; a blocking fetch that fails is reported to
+  the fetcher, which backs off and reconciles the in-flight list as after its own failures.
   Fair fetch: the buffer holds at most one job per idle thread plus a look-ahead, the jobs the
   threads finish during one fetch round trip (moving averages of both). Long jobs make the
   look-ahead 0, so a process never holds a fetched job that none of its threads can start now
   and long jobs spread over every process and host with a free thread (Sidekiq's rule); short
   jobs make it a full batch, so many jobs still come in one round trip.
 - ``jobsapp.processor-<n>`` (``concurrency`` of them) take units from the buffer and run them.
+  A fetch wakes one waiting thread; a thread that takes a unit and leaves more wakes the next,
+  so a thread that finishes its job meanwhile takes one without any wake-up.
   An async job (``async def perform``) is handed to the async lane (``jobsapp.aio``) once it has
   a free slot, and the thread goes back for the next unit; while the lane is full the thread
   waits with its unit (counted busy, so the fetcher takes no more). The lane's running jobs are
@@ -71,9 +77,6 @@ def queue_of(raw: bytes) -> str:
 #: At stop, how long the idle processor threads of a per-thread fetch get to leave their fetch.
 IDLE_THREAD_JOIN_SECONDS = 0.5
 
-#: A fetch that took longer than this waited for a push: not a round-trip sample.
-FETCH_SAMPLE_MAX_SECONDS = 0.1
-
 
 def _moving_average(average: float | None, sample: float) -> float:
     """Exponentially weighted (the newest sample weighs 1/10)."""
@@ -121,6 +124,12 @@ class Manager:
         self._reserved_fetches = 0  # per-thread fetch: fetches under way into a free lane slot
         self._quiet = threading.Event()
         self._processors_done = False
+        # every queue was empty: an idle processor thread should block in the fetch for the next
+        # job and run it itself (see _block_for_unit); the fetcher waits until it has one
+        self._blocking_wanted = False
+        self._blocking = False  # a processor thread is blocked in the fetch
+        self._blocking_error: tuple[BaseException, bool] | None = None  # its fetch failed (error, unexpected)
+        self._blocking_answered = False  # a blocking fetch got a reply since the fetcher last looked (ends an outage)
 
         self.acker = Acker(fetch, stop_event=stop_event)
         self._threads: list[threading.Thread] = []
@@ -223,19 +232,34 @@ class Manager:
 
     def _fetch_loop(self) -> None:
         backoff = Backoff("fetch", logger=logger)
+        # the outage was seen by a blocking fetch (it may refuse while fetch.lua still answers an
+        # empty queue, as BLMOVE does when Redis is out of memory): it ends when one answers
+        blocking_outage = False
         while not self._quiet.is_set():
             with self._lock:
                 while not self._quiet.is_set():
-                    target = self._fetch_target()
-                    if self._below_low_water(target):
+                    if self._blocking_error is not None:
                         break
+                    if not self._blocking_wanted:  # while a processor thread blocks for a job, nothing to fetch
+                        target = self._fetch_target()
+                        if self._below_low_water(target):
+                            break
                     self._room.wait(1.0)
                 if self._quiet.is_set():
                     break
+                failure, self._blocking_error = self._blocking_error, None
+                answered, self._blocking_answered = self._blocking_answered, False
                 want = target - len(self._buffer)
+            if failure is not None:  # a processor thread's blocking fetch failed: wait, then fetch and reconcile
+                blocking_outage = True
+                backoff.pause(failure[0], self._quiet, unexpected=failure[1])
+                continue
+            if answered and backoff.in_outage and blocking_outage:  # Redis answers the blocking fetch again
+                backoff.succeeded()
+                blocking_outage = False
             started = time.monotonic()
             try:
-                units = self.fetch.take(want, block_seconds=self.block_seconds)
+                units = self.fetch.take(want, block_seconds=0)
             except REDIS_ERRORS as exc:  # away, or refusing (READONLY after a failover, OOM): wait it out
                 backoff.pause(exc, self._quiet)
                 continue
@@ -243,22 +267,28 @@ class Manager:
                 backoff.pause(exc, self._quiet, unexpected=True)
                 continue
             if backoff.in_outage:
-                backoff.succeeded()
+                if units or not blocking_outage:
+                    backoff.succeeded()
+                    blocking_outage = False
                 # a failed fetch may have run after all (its reply lost to a timeout): its jobs
                 # would sit in our in-flight list, run by no one, until this process restarts
                 units.extend(self.fetch.collect_pending())
                 units = self._reconcile(units)
-            if not units:
+            if not units:  # every queue is empty: an idle processor thread blocks for the next job
+                with self._lock:
+                    if not self._quiet.is_set():
+                        self._blocking_wanted = True
+                        self._work_ready.notify()
                 continue
-            elapsed = time.monotonic() - started
-            if elapsed < FETCH_SAMPLE_MAX_SECONDS:  # a round trip, not a wait for a push
-                self._fetch_seconds = _moving_average(self._fetch_seconds, elapsed)
+            self._fetch_seconds = _moving_average(self._fetch_seconds, time.monotonic() - started)
             if faults.POINT:
                 faults.reach("after_fetch")
             with self._lock:
                 if not self._quiet.is_set():
                     self._buffer.extend(units)
-                    self._work_ready.notify(len(units))
+                    # one waiting thread; it wakes the next only if a unit is still left when it
+                    # takes its own (a thread finishing its job meanwhile takes one without a wake)
+                    self._work_ready.notify()
                     units = []
             if units:  # quieted while the fetch was in flight: give them back
                 self._requeue(units, reason="quiet")
@@ -273,18 +303,63 @@ class Manager:
             self._run(ident, unit)
 
     def _next_unit(self, ident: int) -> UnitOfWork | None:
-        """The next job for this processor thread from the shared buffer, registered as running;
-        None once quiet."""
+        """The next job for this processor thread from the shared buffer or, when every queue was
+        empty, from its own blocking fetch; registered as running. None once quiet."""
+        while True:
+            with self._lock:
+                while not self._buffer and not self._processors_done:
+                    if self._blocking_wanted and not self._blocking:
+                        self._blocking = True  # this thread blocks for the next job and runs it
+                        break
+                    self._work_ready.wait()
+                else:
+                    if not self._buffer:
+                        return None
+                    unit = self._buffer.popleft()
+                    if self._buffer:
+                        self._work_ready.notify()
+                    self._running[ident] = Running(unit, time.time())
+                    if self._below_low_water(self._fetch_target()):
+                        self._room.notify()
+                    return unit
+            blocked_for = self._block_for_unit(ident)
+            if blocked_for is not None:
+                return blocked_for
+
+    def _block_for_unit(self, ident: int) -> UnitOfWork | None:
+        """Every queue was empty: block in the fetch (``BLMOVE``, into the in-flight list) for
+        the next job and run it in this thread, with no hand-off between the thread that
+        receives a push and the one that runs it (Sidekiq's processors do the same). Jobs that
+        come with it go to the buffer; the fetcher is woken to fetch what follows. A failed
+        fetch is left to the fetcher (it backs off and reconciles the in-flight list); None
+        then, and once quiet."""
+        units: list[UnitOfWork] = []
+        failure: tuple[BaseException, bool] | None = None
+        try:
+            while not units and not self._quiet.is_set():
+                units = self.fetch.take(1, block_seconds=self.block_seconds)
+                self._blocking_answered = True
+        except REDIS_ERRORS as exc:  # nothing taken that we know of: the fetcher waits it out and reconciles
+            failure = (exc, False)
+        except Exception as exc:  # noqa: BLE001  # an engine bug: the thread must outlive it (the jobs stay in their queues or in flight)
+            failure = (exc, True)
+        if units and faults.POINT:
+            faults.reach("after_fetch")
         with self._lock:
-            while not self._buffer and not self._processors_done:
-                self._work_ready.wait()
-            if not self._buffer:
-                return None
-            unit = self._buffer.popleft()
-            self._running[ident] = Running(unit, time.time())
-            if self._below_low_water(self._fetch_target()):
-                self._room.notify()
-            return unit
+            self._blocking = False
+            self._blocking_wanted = False
+            self._blocking_error = failure
+            self._room.notify()  # the fetcher: fetch what follows this job (or back off)
+            if units and not self._quiet.is_set():
+                unit = units[0]
+                if len(units) > 1:  # other queues' waiters moved jobs too
+                    self._buffer.extend(units[1:])
+                    self._work_ready.notify()
+                self._running[ident] = Running(unit, time.time())
+                return unit
+        if units:  # quieted while blocked: back to the front of their queues
+            self._requeue(units, reason="quiet")
+        return None
 
     def _take_own_unit(self, ident: int, backoff: Backoff) -> UnitOfWork | None:
         """Per-thread fetch: block in this thread's own fetch for its next job, registered as

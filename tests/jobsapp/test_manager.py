@@ -400,3 +400,82 @@ def test_stop_cancels_an_async_job_still_running_at_the_deadline_and_puts_it_bac
     # And the short one was acknowledged, and the lane's loop has stopped
     assert int(redis.get(keys.STAT_PROCESSED)) == 1
     assert not loop_thread.is_alive()
+
+
+class ThreadNoting(ReliableFetch):
+    """Reliable fetch that notes which thread each blocking fetch returned a job to; with
+    ``fail_blocking`` its first blocking fetch moves a job in flight and then raises, as a fetch
+    whose reply was lost to a timeout."""
+
+    def __init__(self, *args, fail_blocking: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.blocking_receivers: list[str] = []
+        self.fail_blocking = fail_blocking
+
+    def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]:
+        units = super().take(count, block_seconds=block_seconds)
+        if units and block_seconds > 0:
+            if self.fail_blocking:
+                self.fail_blocking = False
+                raise redis_lib.exceptions.TimeoutError("the reply was lost")
+            self.blocking_receivers.append(threading.current_thread().name)
+        return units
+
+
+class ThreadRecording(Processor):
+    """A real processor that records, per job (first argument), the thread it ran in."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        super().__init__(policy)
+        self.ran_in: dict[str, str] = {}
+
+    def process(self, unit: UnitOfWork) -> Result | None:
+        self.ran_in[json.loads(unit.raw)["args"][0]] = threading.current_thread().name
+        return super().process(unit)
+
+
+def blocked_in_fetch(redis) -> bool:
+    """Whether a connection is blocked in BLMOVE (the process waits for a push)."""
+    return any(client.get("cmd") == "blmove" and "b" in client.get("flags", "") for client in redis.client_list())
+
+
+def test_an_idle_process_runs_a_pushed_job_in_the_thread_that_received_it(redis):
+    # Given an idle process: every queue empty, so it blocks in the fetch
+    fetch = reliable_fetch(new_identity(socket.gethostname()), ThreadNoting)
+    assert isinstance(fetch, ThreadNoting)
+    manager = manager_on(fetch, concurrency=3, processor=ThreadRecording)
+    manager.start()
+    try:
+        eventually(lambda: blocked_in_fetch(redis), message="the process blocks in the fetch")
+        # When a job is pushed
+        Record.perform_async("pushed")
+        eventually(lambda: listed(redis, RAN_KEY) == ["pushed"], message="the pushed job ran")
+        # Then the processor thread that received it from the blocking fetch ran it (no hand-off)
+        processor = manager.processor
+        assert isinstance(processor, ThreadRecording)
+        assert fetch.blocking_receivers[:1] == [processor.ran_in["pushed"]]
+        assert processor.ran_in["pushed"].startswith("jobsapp.processor-")
+        # And it was acknowledged
+        eventually(lambda: redis.llen(fetch.inflight_key) == 0, message="the job was acknowledged")
+    finally:
+        manager.stop(stop_soon())
+
+
+def test_a_blocking_fetch_whose_reply_was_lost_leaves_nothing_stranded_in_flight(redis):
+    # Given an idle process whose blocking fetch moves a job in flight but loses the reply once
+    fetch = reliable_fetch(new_identity(socket.gethostname()), ThreadNoting)
+    assert isinstance(fetch, ThreadNoting)
+    fetch.fail_blocking = True
+    manager = manager_on(fetch, concurrency=2)
+    manager.start()
+    try:
+        eventually(lambda: blocked_in_fetch(redis), message="the process blocks in the fetch")
+        # When a job is pushed
+        Record.perform_async("lost")
+        # Then the process reconciles its in-flight list: the job goes back to its queue and runs once
+        eventually(lambda: listed(redis, RAN_KEY) == ["lost"], message="the job whose reply was lost ran")
+        eventually(lambda: redis.llen(fetch.inflight_key) == 0, message="nothing is left in flight")
+        assert not fetch.fail_blocking
+    finally:
+        manager.stop(stop_soon())
+    assert listed(redis, RAN_KEY) == ["lost"]
