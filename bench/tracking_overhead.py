@@ -6,14 +6,17 @@ SQLite (a fresh WAL file) and on PostgreSQL (``--postgres URL``, default the CI 
 
 - the drain rate of 20,000 untracked no-op jobs, then of 20,000 tracked ones launched as one task
   with ``Task.objects.launch`` (jobs pushed while the queue is paused; the clock runs from
-  resume until ``stat:processed`` / the task's ``finished_at`` says all are done);
+  resume until ``stat:processed`` / the task's ``finished_at`` says all are done), with the CPU
+  per job of the workers and of the PostgreSQL server processes serving them (from /proc: it
+  moves less with other load on the machine than jobs/s does, compare it before and after);
 - how long launching a 100,000-job task takes (rows + push);
 - the API's poll latency (``GET /api/tasks/<id>/``, p50/p99, plain and with a matching
   ``If-None-Match``) on that 100,000-job task while the workers drain it and write its events.
 
 Each database runs in a child process of this script (Django's settings are per process).
 Options: ``--jobs N`` (drain size), ``--poll-jobs N`` (task size for the poll phase),
-``--no-postgres``.
+``--no-postgres``, ``--no-sqlite``, ``--py-spy FILE`` (``py-spy record --gil``, raw format, of one
+worker process during the tracked drain: where its GIL time goes).
 """
 
 from __future__ import annotations
@@ -43,6 +46,34 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of ``pids`` (each process's threads, ended ones included), from /proc."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended, or not on this machine
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / TICKS
+
+
+def session_pids(session: int) -> list[int]:
+    """The processes of a session (the workers: ``runworkers`` and its children)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[3]) == session:
+                    pids.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return pids
+
+
 def environment(database_url: str, redis_url: str) -> dict[str, str]:
     """Settings for the child and its workers: the test settings (project + tracking middleware)."""
     return {
@@ -60,7 +91,7 @@ def environment(database_url: str, redis_url: str) -> dict[str, str]:
 # --- the child: one database ---------------------------------------------------------------
 
 
-def measure(jobs: int, poll_jobs: int) -> dict[str, object]:
+def measure(jobs: int, poll_jobs: int, py_spy: str | None = None) -> dict[str, object]:
     import django
 
     django.setup()
@@ -96,25 +127,51 @@ def measure(jobs: int, poll_jobs: int) -> dict[str, object]:
                 raise RuntimeError("workers did not start")
             time.sleep(0.05)
 
-        def drain(launch, done) -> float:
+        def backends() -> list[int]:
+            """The database's server processes serving the workers (PostgreSQL on this machine)."""
+            if connection.vendor != "postgresql":
+                return []
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                return [row[0] for row in cursor.fetchall()]
+
+        def drain(launch, done, name: str) -> float:
             redis.sadd(keys.PAUSED, "bench")
             launch()
             time.sleep(0.3)
+            workers_before = cpu_seconds(session_pids(workers.pid))
+            servers_before = dict(zip(servers := backends(), [cpu_seconds([pid]) for pid in servers], strict=True))
+            spy = None
+            if py_spy and name == "tracked":  # one worker process (not runworkers' parent), whole drain
+                child = min(pid for pid in session_pids(workers.pid) if pid != workers.pid)
+                spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "-f", "raw",
+                                        "-r", "250", "-p", str(child), "-o", py_spy], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)  # fmt: skip
+                time.sleep(1.0)
             started = time.perf_counter()
             redis.srem(keys.PAUSED, "bench")
             while not done():
                 time.sleep(0.005)
-            return jobs / (time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            if spy is not None:
+                spy.send_signal(2)
+                spy.wait(30)
+            workers_cpu = cpu_seconds(session_pids(workers.pid)) - workers_before
+            servers_cpu = sum(cpu_seconds([pid]) - servers_before.get(pid, 0.0) for pid in backends())
+            results[f"{name}_cpu"] = [workers_cpu / jobs * 1e6, servers_cpu / jobs * 1e6]
+            return jobs / elapsed
 
         before = int(redis.get(keys.STAT_PROCESSED) or 0)
         results["untracked_rate"] = drain(
             lambda: UntrackedNoop.perform_bulk([[index] for index in range(jobs)]),
             lambda: int(redis.get(keys.STAT_PROCESSED) or 0) - before >= jobs,
+            "untracked",
         )
         holder: dict[str, Task] = {}
         results["tracked_rate"] = drain(
             lambda: holder.setdefault("task", Task.objects.launch(Noop, [[index] for index in range(jobs)])),
             lambda: Task.objects.filter(pk=holder["task"].pk, finished_at__isnull=False).exists(),
+            "tracked",
         )
 
         # Poll latency on a big task while the workers write its events.
@@ -164,10 +221,12 @@ def main() -> None:
     parser.add_argument("--poll-jobs", type=int, default=100_000)
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--no-sqlite", action="store_true")
+    parser.add_argument("--py-spy", metavar="FILE", help="py-spy record --gil (raw) of one worker during the tracked drain")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
-        print(json.dumps(measure(options.jobs, options.poll_jobs)))
+        print(json.dumps(measure(options.jobs, options.poll_jobs, options.py_spy)))
         return
 
     from tests.redis_server import RedisServer
@@ -175,7 +234,7 @@ def main() -> None:
     server = RedisServer().start()
     rows: list[tuple[str, str]] = []
     directory = Path(tempfile.mkdtemp(prefix="tracking-bench-"))
-    databases = [("SQLite", f"sqlite:///{directory / 'bench.sqlite3'}")]
+    databases = [] if options.no_sqlite else [("SQLite", f"sqlite:///{directory / 'bench.sqlite3'}")]
     if not options.no_postgres:
         databases.append(("PostgreSQL", postgres_database(options.postgres, "tracking_bench", drop=False)))
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; workers {' '.join(WORKER_ARGS)}")
@@ -184,7 +243,7 @@ def main() -> None:
             server.client().flushall()
             child = subprocess.run(
                 [sys.executable, "-m", "bench.tracking_overhead", "--child", "--jobs", str(options.jobs),
-                 "--poll-jobs", str(options.poll_jobs)],
+                 "--poll-jobs", str(options.poll_jobs), *(["--py-spy", options.py_spy] if options.py_spy else [])],
                 cwd=ROOT, env=environment(url, server.url), capture_output=True, text=True, check=False,
             )  # fmt: skip
             if child.returncode != 0:
@@ -196,13 +255,16 @@ def main() -> None:
                 (f"{label} ({result['database']}): drain {options.jobs:,} untracked no-op jobs", f"{untracked:,.0f} jobs/s"),
                 (f"{label}: drain {options.jobs:,} tracked no-op jobs (one task)",
                  f"{tracked:,.0f} jobs/s ({tracked / untracked:.0%} of untracked)"),
+                (f"{label}: CPU per job, untracked / tracked (workers; database server)",
+                 "{:.0f} / {:.0f} µs; {:.0f} / {:.0f} µs".format(
+                     result["untracked_cpu"][0], result["tracked_cpu"][0], result["untracked_cpu"][1], result["tracked_cpu"][1])),
                 (f"{label}: launch a {options.poll_jobs:,}-job task (rows + push)", f"{result['launch_seconds']:.1f} s"),
                 (f"{label}: poll GET /api/tasks/<id>/ while workers drain it",
                  "p50 {:.2f} ms, p99 {:.2f} ms ({} polls)".format(*result["poll_plain"])),
                 (f"{label}: same poll with If-None-Match (304 when unchanged)",
                  "p50 {:.2f} ms, p99 {:.2f} ms ({} polls)".format(*result["poll_conditional"])),
             ]  # fmt: skip
-            for row in rows[-5:]:
+            for row in rows[-6:]:
                 print(*row, sep=": ")
     finally:
         server.stop()
