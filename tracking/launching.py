@@ -28,7 +28,10 @@ its transaction sees them; a task complete in that view is finished in the same 
 after its row is locked and read again (a job may have joined meanwhile). That view is exact on
 SQLite (one writer at a time). On PostgreSQL two processes settling a task's last events
 concurrently each see only their own, so the tasks a batch leaves incomplete are checked again
-after its commit: the one that commits last sees both. Finishing writes ``finished_at`` (once:
+after its commit: the one that commits last sees both. The recording thread's batches on
+PostgreSQL (``recorder.write_committed``) read that progress only after their commit, in the same
+round trip, and finish the tasks complete then in a transaction of their own, before their
+threads go on (so before the jobs are acknowledged). Finishing writes ``finished_at`` (once:
 ``WHERE finished_at IS NULL``) and fires the batch callbacks (``fire_callbacks``), or, when the
 task has a follow-up job (``then_class``), adds that job to the task and pushes it after commit
 (``queue_follow_up``). A duplicate run that finds its event already final checks again, which
@@ -123,11 +126,21 @@ def apply(changes: Sequence[Change], *, shard: int | None = None) -> list[bool]:
     ``shard`` (default: the thread's)."""
     if not changes:
         return []
+    shard = recorder.thread_shard() if shard is None else shard
+    if recorder.can_write_committed():
+        # PostgreSQL outside a transaction (the recording thread): committed in two round trips,
+        # then the tasks found complete after that commit are finished as settle_check does.
+        committed = recorder.write_committed(changes, shard)
+        if committed is not None:
+            if committed.complete:
+                with transaction.atomic():
+                    _settle([task.task_id for task in committed.complete], committed.now)
+            return committed.results
     # Inside the caller's transaction, check there too: its commit may come much later (or, in a
     # test, never).
     nested = connection.in_atomic_block
     with transaction.atomic():
-        written = recorder.write(changes, recorder.thread_shard() if shard is None else shard)
+        written = recorder.write(changes, shard)
         # Complete as this transaction sees it: lock and look again before finishing.
         recheck = _settle([task.task_id for task in written.complete], written.now) if written.complete else set()
         recheck |= written.unsure | written.duplicates_of

@@ -4,26 +4,32 @@ Touches the database only, never Redis, and never decides what a task does next:
 
 Which transition may start from which state is ``tracking.transitions`` (pure); this module
 applies a batch of them (one, or a writer's few hundred) with a fixed number of statements,
-however many events it touches (``write``). On PostgreSQL, two:
+however many events it touches. On PostgreSQL outside a transaction (the recording thread's
+batches), ``write_committed``: its own transaction in two round trips (psycopg's pipeline mode),
+each statement's text fixed, the values in arrays (so each is prepared once per connection):
 
-    SELECT id, job_id, task_id, status, is_final, messages (only of events that get messages)
-        FROM event WHERE job_id IN (...) ORDER BY id FOR UPDATE
-    WITH events AS (UPDATE event ... FROM (VALUES ...)),
-         counters AS (INSERT INTO taskcounter ... ON CONFLICT (task, shard) DO UPDATE SET x = x + excluded.x
-                      RETURNING task_id, shard, settled)
-    SELECT task.id, total, counters.settled + (the other shards' settled), ... FROM counters JOIN task
+    BEGIN; SELECT id, job_id, task_id, status, is_final, messages (only of events that get messages)
+        FROM event WHERE job_id = ANY(...) ORDER BY id FOR UPDATE
+    UPDATE event ... FROM unnest(...); INSERT INTO taskcounter ... SELECT ... FROM unnest(...)
+        ON CONFLICT (task, shard) DO UPDATE SET x = x + excluded.x;
+        (an UPDATE of the task row only when a task starts, once per process, or reopens);
+        COMMIT; SELECT the progress of the unfinished tasks it settled events of
 
-and an UPDATE of the task row only when a task starts (once per process) or reopens. SQLite (one
-writer, in-process calls) runs the UPDATE per event, the upsert and the progress read one by one.
+Inside a caller's transaction (``write``), two statements: the same read, then the event UPDATE
+and the counter upsert in one statement that also returns each task's settled events as that
+transaction sees them. SQLite (one writer, in-process calls) runs the UPDATE per event, the upsert
+and the progress read one by one.
 
 The events are read under the writer's lock (SQLite: ``BEGIN IMMEDIATE``, the one writer;
 PostgreSQL: ``FOR UPDATE`` in id order), so each transition is decided on the row it changes and
 the counts move by exactly the events changed, in the same transaction: they always equal what
-the events say. The statement that counts also returns each task's settled events as this
-transaction sees them (its own shard as just updated, the others' as committed), so a task it
-completes is finished in the same transaction (``tracking.launching`` locks the row and reads it
-again first); a task it leaves incomplete may still be completed by a concurrent writer that
-committed unseen, which is why PostgreSQL checks those again after commit.
+the events say. The progress read says which tasks are complete (every event settled), to be
+finished after their row is locked and read again (``tracking.launching``). ``write_committed``
+reads it after its commit, in a new snapshot, so of writers settling a task's last events
+concurrently the one that commits last sees them all. ``write`` reads it inside the transaction
+(its own shard as just updated, the others' as committed): exact on SQLite's one writer; on
+PostgreSQL a task it leaves incomplete may have been completed by a concurrent writer unseen,
+so those are checked again after commit.
 
 Locks are always taken events (in id order), then the writer's own counter shard, then task rows
 (the enqueue side takes the task row, then a new event, then shard 0, which no recording writer
@@ -39,6 +45,7 @@ finish check (``progress``, ``lock_task``, ``mark_finished``), which ``tracking.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -49,7 +56,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from django.db import IntegrityError, connection, transaction
+from django.db.backends.postgresql.psycopg_any import is_psycopg3
 from django.db.models import F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -131,28 +140,7 @@ def write(changes: Sequence[Change], shard: int) -> Written:
             record_enqueue(item)
         states.update(_read_states([str(item["jid"]) for item in missing], wanted))
 
-    results: list[bool] = []
-    final_seen: set[str] = set()
-    for change in changes:
-        state = states.get(change.job_id)
-        transition = change.transition
-        if state is None or (state.status, state.final) not in transition.allowed:
-            if state is not None and state.final:
-                final_seen.add(state.task_id)  # a late duplicate: see launching.settle_check
-            results.append(False)
-            continue
-        if transition.to_status is not None:
-            state.status, state.final = transition.to_status, transition.to_final
-        added = list(change.entries)
-        if change.message is not None:
-            added.append(message_entry(state.status, change.message, at=change.at))
-        if added:
-            state.messages = capped([*(state.messages or []), *added])
-        state.attempts += int(transition.counts_attempt)
-        state.changes += 1
-        state.updated_at = change.at
-        results.append(True)
-
+    results, final_seen = _transition(changes, states)
     changed = [state for state in states.values() if state.changes]
     now = max((change.at for change in changes), default=timezone.now())
     if not changed:
@@ -170,6 +158,174 @@ def write(changes: Sequence[Change], shard: int) -> Written:
     # be completed by a concurrent writer's commit that it cannot see yet.
     unsure = set() if connection.vendor != "postgresql" else settling - done
     return Written(results, complete, unsure, final_seen - done, now)
+
+
+def can_write_committed() -> bool:
+    """Whether ``write_committed`` can run here: PostgreSQL through psycopg 3, outside any
+    transaction (the recording thread's batches)."""
+    return connection.vendor == "postgresql" and is_psycopg3 and not connection.in_atomic_block
+
+
+def write_committed(changes: Sequence[Change], shard: int) -> Committed | None:
+    """PostgreSQL: apply ``changes`` as ``write`` does, in a transaction of its own, committed
+    before this returns, in two round trips (psycopg's pipeline mode):
+
+    1. ``BEGIN`` and the events, read and locked (``FOR UPDATE``, in id order);
+    2. one UPDATE of the changed events, the counter shard's upsert, the task rows' rare
+       updates (``started_at`` once per task and process; a reopen), ``COMMIT``, and then, in a
+       new snapshot, the progress of the unfinished tasks this batch settled events of (or found
+       late duplicates of).
+
+    That last read runs after the commit, so of writers settling a task's last events
+    concurrently the one that commits last sees them all (see ``tracking.launching``). Every
+    statement's text is fixed (the values travel as arrays), so psycopg prepares each once per
+    connection; they skip Django's cursor wrappers.
+
+    Returns None, with nothing written, when a change's event is missing and the change carries
+    the job's payload (recording its enqueue first is ``write``'s slower path).
+    """
+    job_ids = list(dict.fromkeys(change.job_id for change in changes))
+    wanted = [change.job_id for change in changes if change.message is not None or change.entries]
+    sql = _committed_sql()
+    connection.ensure_connection()
+    raw = connection.connection
+    with connection.wrap_database_errors:
+        # Server-side binding, whatever cursor_factory Django set: one cursor for the statements
+        # whose results are not read, one per read.
+        cursor, read, check = psycopg.Cursor(raw), psycopg.Cursor(raw), psycopg.Cursor(raw)
+        with raw.pipeline() as pipeline:
+            cursor.execute("BEGIN")
+            read.execute(sql.read, [wanted, job_ids])
+            pipeline.sync()
+            states: dict[str, _EventState] = {}
+            wanted_set = set(wanted)
+            for event_id, job_id, task_id, status, final, messages in read.fetchall():
+                state = states[job_id] = _EventState(event_id, task_id, status, final, (status, final))
+                if job_id in wanted_set:
+                    # Django's psycopg loader hands jsonb over as text (its fields parse it)
+                    state.messages = list((json.loads(messages) if isinstance(messages, str) else messages) or [])
+            if any(change.job_id not in states and change.item is not None for change in changes):
+                cursor.execute("ROLLBACK")
+                return None
+            results, final_seen = _transition(changes, states)
+            changed = [state for state in states.values() if state.changes]
+            now = max(change.at for change in changes)
+            deltas = _count_deltas(changed)
+            starting = [task_id for task_id, delta in deltas.items() if delta.started and task_id not in _started]
+            if changed:
+                cursor.execute(
+                    sql.events,
+                    [
+                        [state.id for state in changed],
+                        [state.status for state in changed],
+                        [state.final for state in changed],
+                        [state.attempts for state in changed],
+                        [state.changes for state in changed],
+                        [state.updated_at for state in changed],
+                        [_messages_json(state) for state in changed],
+                    ],
+                )
+                tasks = sorted(deltas)
+                cursor.execute(
+                    sql.counters,
+                    [shard, now, tasks, *([deltas[task_id].counts[name] for task_id in tasks] for name in TALLY_FIELDS)],
+                )
+                if starting:
+                    cursor.execute(sql.started, [now, starting])
+                reopened = [task_id for task_id, delta in deltas.items() if delta.reopened]
+                if reopened:
+                    cursor.execute(sql.reopened, [now, reopened])
+            cursor.execute("COMMIT")
+            checked = sorted({task_id for task_id, delta in deltas.items() if delta.counts["settled"] > 0} | final_seen)
+            if checked:
+                check.execute(sql.progress, [checked])
+            pipeline.sync()
+            seen = [TaskProgress.from_row(row) for row in check.fetchall()] if checked else []
+    if starting:
+        if len(_started) > 10_000:
+            _started.clear()
+        _started.update(starting)
+    return Committed(results, [task for task in seen if task.complete], now)
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What ``write_committed`` did: for each change whether it changed its event; the tasks
+    complete after its commit (every event settled, still unfinished: not locked, to finish in
+    a transaction that locks and reads them again); the batch's time."""
+
+    results: list[bool]
+    complete: list[TaskProgress]
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class _CommittedSql:
+    read: str
+    events: str
+    counters: str
+    started: str
+    reopened: str
+    progress: str
+
+
+@functools.cache
+def _committed_sql() -> _CommittedSql:
+    """``write_committed``'s statements (identifiers from model metadata only; every value is a
+    parameter)."""
+    quote = connection.ops.quote_name
+    events, tasks, counters = (quote(model._meta.db_table) for model in (Event, Task, TaskCounter))
+    columns = [quote(name) for name in TALLY_FIELDS]
+    return _CommittedSql(
+        read=(
+            "SELECT id, job_id, task_id, status, is_final, CASE WHEN job_id = ANY(%s::text[]) THEN messages END "  # noqa: S608
+            f"FROM {events} WHERE job_id = ANY(%s::text[]) ORDER BY id FOR UPDATE"
+        ),
+        events=(
+            f"UPDATE {events} AS e SET status = v.status, is_final = v.final, attempts = e.attempts + v.attempts, "  # noqa: S608
+            "revision = e.revision + v.changes, updated_at = v.updated_at, messages = COALESCE(v.messages::jsonb, e.messages) "
+            "FROM unnest(%s::bigint[], %s::text[], %s::boolean[], %s::int[], %s::int[], %s::timestamptz[], %s::text[]) "
+            "AS v (id, status, final, attempts, changes, updated_at, messages) WHERE e.id = v.id"
+        ),
+        counters=(
+            f"INSERT INTO {counters} (task_id, shard, {', '.join(columns)}, updated_at) "  # noqa: S608
+            f"SELECT v.task_id, %s::int, {', '.join(f'v.{column}' for column in columns)}, %s::timestamptz "
+            f"FROM unnest(%s::text[], {', '.join(['%s::bigint[]'] * len(columns))}) AS v (task_id, {', '.join(columns)}) "
+            "ON CONFLICT (task_id, shard) DO UPDATE SET "
+            + ", ".join(f"{column} = {counters}.{column} + excluded.{column}" for column in columns)
+            + ", updated_at = excluded.updated_at"
+        ),
+        started=f"UPDATE {tasks} SET started_at = %s WHERE id = ANY(%s::text[]) AND started_at IS NULL",  # noqa: S608
+        reopened=f"UPDATE {tasks} SET finished_at = NULL, revision = revision + 1, updated_at = %s WHERE id = ANY(%s::text[])",  # noqa: S608
+        progress=f"SELECT {_progress_columns('t')} FROM {tasks} t WHERE t.id = ANY(%s::text[]) AND t.finished_at IS NULL",  # noqa: S608
+    )
+
+
+def _transition(changes: Sequence[Change], states: dict[str, _EventState]) -> tuple[list[bool], set[str]]:
+    """Apply ``changes`` in order to the read ``states`` (in memory): for each change whether it
+    changed its event, and the tasks of events found final already (late duplicates)."""
+    results: list[bool] = []
+    final_seen: set[str] = set()
+    for change in changes:
+        state = states.get(change.job_id)
+        transition = change.transition
+        if state is None or (state.status, state.final) not in transition.allowed:
+            if state is not None and state.final:
+                final_seen.add(state.task_id)  # a late duplicate: see launching.settle_check
+            results.append(False)
+            continue
+        if transition.to_status is not None:
+            state.status, state.final = transition.to_status, transition.to_final
+        if change.entries or change.message is not None:
+            added = list(change.entries)
+            if change.message is not None:
+                added.append(message_entry(state.status, change.message, at=change.at))
+            state.messages = capped([*(state.messages or []), *added])
+        state.attempts += transition.counts_attempt
+        state.changes += 1
+        state.updated_at = change.at
+        results.append(True)
+    return results, final_seen
 
 
 def _write_postgresql(changed: Sequence[_EventState], deltas: dict[str, _TaskDelta], shard: int, now: datetime) -> list[TaskProgress]:

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from tests.tracking.conftest import run_item
 from tests.tracking.jobs import Succeeds
-from tracking import launching, transitions
+from tracking import launching, recorder, transitions
 from tracking.models import Event, Task, TaskCounter
 from tracking.writer import get_writer
 
@@ -178,3 +178,56 @@ def test_an_event_keeps_its_first_and_newest_messages_only():
     messages = Event.objects.get(job_id=job_id).messages
     assert len(messages) == transitions.MAX_MESSAGES
     assert messages[0]["status"] == "working" and messages[-1]["message"] == f"row {transitions.MAX_MESSAGES + 49}"
+
+
+postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="recorder.write_committed is PostgreSQL's path")
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_committed_batch_applies_each_transition_once_and_keeps_messages(redis):
+    # Given two jobs of a task, one with a progress message recorded already
+    task = Task.objects.launch(Succeeds, [["a"], ["b"]])
+    first, second = Event.objects.filter(task=task).order_by("id").values_list("job_id", flat=True)
+    now = timezone.now()
+    launching.apply(
+        [transitions.Change(first, transitions.START, now), transitions.Change(first, transitions.MESSAGES_ONLY, now, message="row 1")]
+    )
+    # When one batch (outside any transaction: the recording thread's path) finishes the first
+    # twice and the second once, then moves the first back to working
+    assert recorder.can_write_committed()
+    batch = [
+        transitions.Change(first, transitions.FINISHED, now, message="done"),
+        transitions.Change(first, transitions.FINISHED, now),
+        transitions.Change(second, transitions.START, now),
+        transitions.Change(second, transitions.FINISHED, now),
+        transitions.Change(first, transitions.START, now),
+    ]
+    committed = recorder.write_committed(batch, 3)
+    # Then only the allowed transitions applied, counts match the events, the messages kept the
+    # earlier one, and the task found complete after the commit is left to finish (unlocked)
+    assert committed is not None and committed.results == [True, False, True, True, False]
+    assert [task_progress.task_id for task_progress in committed.complete] == [task.pk]
+    row = Event.objects.get(job_id=first)
+    assert row.status == "finish" and [entry["message"] for entry in row.messages] == ["row 1", "done"]
+    task.refresh_from_db()
+    assert task.counts == statuses_of(task) == {"enqueue": 0, "working": 0, "finish": 2, "failed": 0, "error": 0}
+    assert task.settled_count == 2 and task.started_at is not None and task.finished_at is None
+    # And the same batch again changes nothing; through apply, the task is finished
+    assert launching.apply(batch, shard=3) == [False] * 5
+    task.refresh_from_db()
+    assert task.settled_count == 2 and task.counts["finish"] == 2 and task.status == "finished"
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_committed_batch_leaves_a_missing_event_to_the_slower_path(redis):
+    # Given a tracked job pushed without the client middleware: no event yet
+    item = {"class": Succeeds.wire_name(), "args": ["x"], "jid": "a1b2c3d4e5f6a1b2c3d4e5f6", "queue": "default", "use_task_event": True}
+    change = transitions.Change(item["jid"], transitions.START, timezone.now(), item=item)
+    # When the committed path meets it, it writes nothing; apply then records it the slower way
+    assert recorder.write_committed([change], 1) is None
+    assert not Event.objects.filter(job_id=item["jid"]).exists()
+    assert launching.apply([change]) == [True]
+    event = Event.objects.get(job_id=item["jid"])
+    assert event.status == "working" and event.task.counts["working"] == 1
