@@ -6,11 +6,12 @@ Which transition may start from which state is ``tracking.transitions`` (pure); 
 applies a batch of them (one, or a writer's few hundred) with a fixed number of statements,
 however many events it touches. On PostgreSQL outside a transaction (the recording thread's
 batches), ``write_committed``: its own transaction in two round trips (psycopg's pipeline mode),
-each statement's text fixed, the values in arrays (so each is prepared once per connection):
+each statement's text fixed, its values in one JSON document (prepared once per connection):
 
     BEGIN; SELECT id, job_id, task_id, status, is_final, messages (only of events that get messages)
         FROM event WHERE job_id = ANY(...) ORDER BY id FOR UPDATE
-    UPDATE event ... FROM unnest(...); INSERT INTO taskcounter ... SELECT ... FROM unnest(...)
+    UPDATE event ... FROM json_to_recordset(...);
+    INSERT INTO taskcounter ... SELECT ... FROM json_to_recordset(...)
         ON CONFLICT (task, shard) DO UPDATE SET x = x + excluded.x;
         (an UPDATE of the task row only when a task starts, once per process, or reopens);
         COMMIT; SELECT the progress of the unfinished tasks it settled events of
@@ -178,8 +179,9 @@ def write_committed(changes: Sequence[Change], shard: int) -> Committed | None:
 
     That last read runs after the commit, so of writers settling a task's last events
     concurrently the one that commits last sees them all (see ``tracking.launching``). Every
-    statement's text is fixed (the values travel as arrays), so psycopg prepares each once per
-    connection; they skip Django's cursor wrappers.
+    statement's text is fixed, so psycopg prepares each once per connection; its values travel as
+    one JSON document (``json.dumps`` builds it in C; psycopg adapts an array per column element
+    by element in Python); they skip Django's cursor wrappers.
 
     Returns None, with nothing written, when a change's event is missing and the change carries
     the job's payload (recording its enqueue first is ``write``'s slower path).
@@ -195,7 +197,7 @@ def write_committed(changes: Sequence[Change], shard: int) -> Committed | None:
         cursor, read, check = psycopg.Cursor(raw), psycopg.Cursor(raw), psycopg.Cursor(raw)
         with raw.pipeline() as pipeline:
             cursor.execute("BEGIN")
-            read.execute(sql.read, [wanted, job_ids])
+            read.execute(sql.read, [json.dumps(wanted), json.dumps(job_ids)])
             pipeline.sync()
             states: dict[str, _EventState] = {}
             wanted_set = set(wanted)
@@ -213,23 +215,22 @@ def write_committed(changes: Sequence[Change], shard: int) -> Committed | None:
             deltas = _count_deltas(changed)
             starting = [task_id for task_id, delta in deltas.items() if delta.started and task_id not in _started]
             if changed:
-                cursor.execute(
-                    sql.events,
-                    [
-                        [state.id for state in changed],
-                        [state.status for state in changed],
-                        [state.final for state in changed],
-                        [state.attempts for state in changed],
-                        [state.changes for state in changed],
-                        [state.updated_at for state in changed],
-                        [_messages_json(state) for state in changed],
-                    ],
-                )
-                tasks = sorted(deltas)
-                cursor.execute(
-                    sql.counters,
-                    [shard, now, tasks, *([deltas[task_id].counts[name] for task_id in tasks] for name in TALLY_FIELDS)],
-                )
+                # One JSON document per statement: json.dumps is C, an array per column is not.
+                rows = [
+                    {
+                        "id": state.id,
+                        "status": state.status,
+                        "final": state.final,
+                        "attempts": state.attempts,
+                        "changes": state.changes,
+                        "updated_at": state.updated_at.isoformat(),  # type: ignore[union-attr]
+                        "messages": state.messages,
+                    }
+                    for state in changed
+                ]
+                cursor.execute(sql.events, [json.dumps(rows)])
+                counters = [{"task_id": task_id, **deltas[task_id].counts} for task_id in sorted(deltas)]
+                cursor.execute(sql.counters, [shard, now, json.dumps(counters)])
                 if starting:
                     cursor.execute(sql.started, [now, starting])
                 reopened = [task_id for task_id, delta in deltas.items() if delta.reopened]
@@ -278,19 +279,21 @@ def _committed_sql() -> _CommittedSql:
     columns = [quote(name) for name in TALLY_FIELDS]
     return _CommittedSql(
         read=(
-            "SELECT id, job_id, task_id, status, is_final, CASE WHEN job_id = ANY(%s::text[]) THEN messages END "  # noqa: S608
-            f"FROM {events} WHERE job_id = ANY(%s::text[]) ORDER BY id FOR UPDATE"
+            "SELECT id, job_id, task_id, status, is_final, "  # noqa: S608
+            "CASE WHEN job_id = ANY(ARRAY(SELECT json_array_elements_text(%s::json))) THEN messages END "
+            f"FROM {events} WHERE job_id = ANY(ARRAY(SELECT json_array_elements_text(%s::json))) ORDER BY id FOR UPDATE"
         ),
         events=(
             f"UPDATE {events} AS e SET status = v.status, is_final = v.final, attempts = e.attempts + v.attempts, "  # noqa: S608
-            "revision = e.revision + v.changes, updated_at = v.updated_at, messages = COALESCE(v.messages::jsonb, e.messages) "
-            "FROM unnest(%s::bigint[], %s::text[], %s::boolean[], %s::int[], %s::int[], %s::timestamptz[], %s::text[]) "
-            "AS v (id, status, final, attempts, changes, updated_at, messages) WHERE e.id = v.id"
+            "revision = e.revision + v.changes, updated_at = v.updated_at, messages = COALESCE(v.messages, e.messages) "
+            "FROM json_to_recordset(%s::json) "
+            "AS v (id bigint, status text, final boolean, attempts int, changes int, updated_at timestamptz, messages jsonb) "
+            "WHERE e.id = v.id"
         ),
         counters=(
             f"INSERT INTO {counters} (task_id, shard, {', '.join(columns)}, updated_at) "  # noqa: S608
             f"SELECT v.task_id, %s::int, {', '.join(f'v.{column}' for column in columns)}, %s::timestamptz "
-            f"FROM unnest(%s::text[], {', '.join(['%s::bigint[]'] * len(columns))}) AS v (task_id, {', '.join(columns)}) "
+            f"FROM json_to_recordset(%s::json) AS v (task_id text, {', '.join(f'{column} bigint' for column in columns)}) "
             "ON CONFLICT (task_id, shard) DO UPDATE SET "
             + ", ".join(f"{column} = {counters}.{column} + excluded.{column}" for column in columns)
             + ", updated_at = excluded.updated_at"
