@@ -1,6 +1,7 @@
 """The tracking layer's settings: one dict, ``settings.TRACKING``, with documented defaults.
 
-Read lazily on every access, so ``override_settings(TRACKING=...)`` takes effect at once.
+Read on first use and again whenever ``TRACKING`` changes (``override_settings(TRACKING=...)``
+takes effect at once).
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 DEFAULTS: dict[str, Any] = {
     # DRF rate for every tracking endpoint, per user (anonymous callers are refused anyway).
@@ -36,13 +39,33 @@ DEFAULTS: dict[str, Any] = {
 
 
 class TrackingSettings:
-    """Attribute access to ``settings.TRACKING`` merged over DEFAULTS, read on every access."""
+    """Attribute access to ``settings.TRACKING`` merged over DEFAULTS.
+
+    Read once, then again after any change of ``TRACKING`` (Django's ``setting_changed``, which
+    ``override_settings`` sends): a tracked job reads several of these, and the processor threads
+    of a busy worker run thousands a second.
+    """
+
+    def __init__(self) -> None:
+        self._merged: dict[str, Any] | None = None
 
     def __getattr__(self, name: str) -> Any:
-        if name not in DEFAULTS:
-            raise AttributeError(f"unknown tracking setting {name!r}")
-        user = getattr(settings, "TRACKING", {}) or {}
-        return user.get(name, DEFAULTS[name])
+        merged = self.__dict__.get("_merged")
+        if merged is None:
+            merged = self._merged = {**DEFAULTS, **(getattr(settings, "TRACKING", {}) or {})}
+        try:
+            return merged[name]
+        except KeyError:
+            raise AttributeError(f"unknown tracking setting {name!r}") from None
+
+    def reload(self) -> None:
+        self._merged = None
 
 
 tracking_settings = TrackingSettings()
+
+
+@receiver(setting_changed)
+def _tracking_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == "TRACKING":
+        tracking_settings.reload()

@@ -48,7 +48,8 @@ class EventHandle:
         self._clock = clock
         self._lock = threading.Lock()
         self._buffer: list[MessageEntry] = []
-        self._fraction = threading.local()  # (done, total) for the next message, per thread
+        # (done, total) for the next message, per thread; made on first use (most jobs never report one)
+        self._fraction: threading.local | None = None
         self._last_flush = clock()
 
     def start(self) -> bool | None:
@@ -63,7 +64,7 @@ class EventHandle:
         """Append a progress message ("row 3,412 of 10,000"); written in batches."""
         entry = message_entry(WORKING, message)
         fraction = getattr(self._fraction, "value", None)
-        if fraction is not None:
+        if fraction is not None and self._fraction is not None:
             entry["done"], entry["total"] = fraction
             self._fraction.value = None
         with self._lock:
@@ -83,6 +84,10 @@ class EventHandle:
     def next_message_reports(self, done: int, total: int) -> None:
         """The next ``add_message`` of this thread carries its fraction (``done`` of ``total``),
         which the progress page adds to the bar while the job runs (``report_progress``)."""
+        if self._fraction is None:
+            with self._lock:
+                if self._fraction is None:
+                    self._fraction = threading.local()
         self._fraction.value = (int(done), int(total))
 
     def flush(self) -> None:

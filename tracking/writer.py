@@ -284,12 +284,23 @@ def get_writer() -> Writer:
     """This process's writer (a new one in a forked child: threads do not survive a fork)."""
     global _writer
     writer = _writer
-    if writer is None or writer.pid != os.getpid():
+    if writer is None:
         with _writer_lock:
             if _writer is None or _writer.pid != os.getpid():
                 _writer = Writer()
             writer = _writer
     return writer
+
+
+def _forget_writer_in_child() -> None:
+    """After a fork, in the child: the parent's writer (and its thread, which did not survive)
+    is not this process's. Cheaper than comparing ``os.getpid()`` (a system call) on every record."""
+    global _writer, _writer_lock
+    _writer, _writer_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # no fork, no child to worry about
+    os.register_at_fork(after_in_child=_forget_writer_in_child)
 
 
 def stop_writer(deadline_seconds: float = 10.0) -> None:

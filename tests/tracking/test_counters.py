@@ -4,6 +4,7 @@ final statuses committed before a job returns, and a summary that stays one quer
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -231,3 +232,24 @@ def test_a_committed_batch_leaves_a_missing_event_to_the_slower_path(redis):
     assert launching.apply([change]) == [True]
     event = Event.objects.get(job_id=item["jid"])
     assert event.status == "working" and event.task.counts["working"] == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")
+def test_a_forked_child_gets_a_writer_of_its_own():
+    # Given the parent's writer (runworkers -P forks its worker processes after setup)
+    parent = get_writer()
+    read, write = os.pipe()
+    # When a child process asks for its writer
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave at once
+        child = get_writer()
+        os.write(write, b"ok" if child is not parent and child.pid == os.getpid() and get_writer() is child else b"shared")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 16)
+    os.close(read)
+    os.waitpid(pid, 0)
+    # Then it is a new one, for the child's pid (the parent's thread does not exist there)
+    assert answer == b"ok"
+    assert get_writer() is parent
