@@ -228,7 +228,7 @@ def write_committed(changes: Sequence[Change], shard: int) -> Committed | None:
                     }
                     for state in changed
                 ]
-                cursor.execute(sql.events, [json.dumps(rows)])
+                cursor.execute(sql.events, [json.dumps(rows), [state.id for state in changed]])
                 counters = [{"task_id": task_id, **deltas[task_id].counts} for task_id in sorted(deltas)]
                 cursor.execute(sql.counters, [shard, now, json.dumps(counters)])
                 if starting:
@@ -288,7 +288,10 @@ def _committed_sql() -> _CommittedSql:
             "revision = e.revision + v.changes, updated_at = v.updated_at, messages = COALESCE(v.messages, e.messages) "
             "FROM json_to_recordset(%s::json) "
             "AS v (id bigint, status text, final boolean, attempts int, changes int, updated_at timestamptz, messages jsonb) "
-            "WHERE e.id = v.id"
+            # The ids again as an array: the planner cannot tell how many rows a JSON document holds
+            # (it guesses 100), and with a freshly grown table's stale statistics it then scanned
+            # the whole event table to join them; an array it reads and looks each id up.
+            "WHERE e.id = v.id AND e.id = ANY(%s::bigint[])"
         ),
         counters=(
             f"INSERT INTO {counters} (task_id, shard, {', '.join(columns)}, updated_at) "  # noqa: S608
