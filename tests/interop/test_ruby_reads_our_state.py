@@ -53,7 +53,16 @@ def test_ruby_reads_our_process_and_busy_jobs_and_quiets_it(redis_server, ruby, 
     with WorkerProcess(["-q", "default", "-c", "3", "-g", "interop", "-t", "5"], env=WORKER_SETTINGS, redis_url=redis_server.url) as worker:
         # Given our worker is busy with two jobs
         jids = {Blocks.perform_async("first"), Blocks.perform_async("second")}
-        view = wait_until(lambda: len((view := ruby.inspect())["workers"]) == 2 and view, message="Ruby's Workers lists our two busy jobs")
+        # (Ruby reads Workers, Stats and ProcessSet one after another: a heartbeat may land between them)
+        view = wait_until(
+            lambda: (
+                len((view := ruby.inspect())["workers"]) == 2
+                and view["stats"]["workers_size"] == 2
+                and [process["busy"] for process in view["processes"]] == [2]
+                and view
+            ),
+            message="Ruby's Workers and Stats list our two busy jobs",
+        )
         # Then Ruby's ProcessSet lists our process as Sidekiq would
         [process] = view["processes"]
         assert process["identity"] == worker.identity
