@@ -57,9 +57,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from django.db import IntegrityError, connection, transaction
-from django.db.backends.postgresql.psycopg_any import is_psycopg3
 from django.db.models import F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -164,7 +162,13 @@ def write(changes: Sequence[Change], shard: int) -> Written:
 def can_write_committed() -> bool:
     """Whether ``write_committed`` can run here: PostgreSQL through psycopg 3, outside any
     transaction (the recording thread's batches)."""
-    return connection.vendor == "postgresql" and is_psycopg3 and not connection.in_atomic_block
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return False
+    # imported here: a project on SQLite or MySQL need not have psycopg, and a worker that does
+    # not use it should not carry it (~9 MB per process)
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return is_psycopg3
 
 
 def write_committed(changes: Sequence[Change], shard: int) -> Committed | None:
@@ -188,6 +192,8 @@ def write_committed(changes: Sequence[Change], shard: int) -> Committed | None:
     """
     job_ids = list(dict.fromkeys(change.job_id for change in changes))
     wanted = [change.job_id for change in changes if change.message is not None or change.entries]
+    import psycopg  # PostgreSQL only: see can_write_committed
+
     sql = _committed_sql()
     connection.ensure_connection()
     raw = connection.connection
