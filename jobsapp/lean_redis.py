@@ -158,16 +158,8 @@ class LeanPipeline(redis.client.Pipeline):
 
     @staticmethod
     def _lean_execute(execute: Any, connection: Any, commands: Any, raise_on_error: Any) -> Any:
-        try:
-            responses = execute(connection, commands, raise_on_error)
-        except (ResponseError, WatchError):  # raised after every reply was read
-            connection.__dict__[CLEAN_MARK] = True
-            raise
-        except BaseException:
-            connection.disconnect()
-            raise
-        connection.__dict__[CLEAN_MARK] = True
-        return responses
+        # WatchError: EXEC answered nil, read whole
+        return _marked(connection, (ResponseError, WatchError), execute, connection, commands, raise_on_error)
 
 
 class LeanRedis(redis.Redis):
@@ -196,19 +188,28 @@ class LeanRedis(redis.Redis):
         return LeanPipeline(pool, self.response_callbacks, transaction, shard_hint)
 
     def _lean_call(self, connection: AbstractConnection, name: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
-        try:
-            connection.send_command(*args, **options)
-            response = self.parse_response(connection, name, **options)
-        except ResponseError:  # an error reply, read whole
-            connection.__dict__[CLEAN_MARK] = True
-            raise
-        except BaseException:
-            # anything between the send and the end of the read (an exception raised into the
-            # thread, a timeout): the reply may still come, so the connection is not reused
-            connection.disconnect()
-            raise
+        return _marked(connection, (ResponseError,), self._send_and_read, connection, name, args, options)
+
+    def _send_and_read(self, connection: AbstractConnection, name: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+        connection.send_command(*args, **options)
+        return self.parse_response(connection, name, **options)
+
+
+def _marked(connection: Any, read_whole: tuple[type[BaseException], ...], call: Any, *args: Any) -> Any:
+    """``call(*args)``, which sends on ``connection`` and reads the replies; then the connection is
+    marked clean, also when it raised one of ``read_whole`` (errors raised after every reply was
+    read). Anything else raised between the send and the end of the read (an exception raised
+    into the thread, a timeout) closes it: a reply may still come, and must reach no one."""
+    try:
+        result = call(*args)
+    except read_whole:
         connection.__dict__[CLEAN_MARK] = True
-        return response
+        raise
+    except BaseException:
+        connection.disconnect()
+        raise
+    connection.__dict__[CLEAN_MARK] = True
+    return result
 
 
 def from_url(url: str, **options: Any) -> LeanRedis:
