@@ -168,6 +168,8 @@ class Processor:
         )
         outcome = self.policy.handle(unit, item, job_class, exception)
         self.filed_stuck.append(unit)
+        if unique.DIGEST_KEY in item and outcome.kind in (OutcomeKind.DEAD, OutcomeKind.DISCARDED):  # a retry keeps the lock
+            unique.release(self.policy.client, item, moment="success")
         jid = item.get("jid")
         logger.error("class=%s jid=%s queue=%s stuck past the hard limit (%s)", item.get("class"), jid, unit.queue, outcome.kind)
 

@@ -146,3 +146,15 @@ def test_the_cli_lists_and_releases_unique_locks(redis):
     # Then the lock named the job holding it, and once released the same job can be pushed again
     assert lock["jid"] == jid and 59 < lock["expires_in_seconds"] <= 60
     assert UniqueRecord.perform_async("cli") is not None
+
+
+@pytest.mark.parametrize(("retry", "lock_kept"), [(3, True), (False, False)])
+def test_a_job_filed_at_the_hard_limit_keeps_its_lock_only_for_its_retry(redis, retry, lock_kept):
+    # Given a unique job stuck past its timeout's hard limit (its process is about to stop)
+    UniqueRecord.set(retry=retry).perform_async("stuck")
+    raw = redis.lmove("queue:default", INFLIGHT, "RIGHT", "LEFT")
+    # When the watchdog files it (retry set, or dead when it has no retries)
+    Processor(RetryPolicy(get_redis(), INFLIGHT))._file_stuck(UnitOfWork(raw, "default"), decode(raw), UniqueRecord, 1.0)
+    # Then a retry keeps the lock, as any failure does; a job done for good releases it
+    assert (redis.zcard("retry") == 1) is lock_kept
+    assert bool(unique_locks(redis)) is lock_kept
