@@ -249,7 +249,8 @@ class Manager:
                     break
                 failure, self._blocking_error = self._blocking_error, None
                 answered, self._blocking_answered = self._blocking_answered, False
-                want = target - len(self._buffer)
+                # the wait ended below the low water mark with a fresh target, or with a failure
+                want = 0 if failure is not None else target - len(self._buffer)
             if failure is not None:  # a processor thread's blocking fetch failed: wait, then fetch and reconcile
                 blocking_outage = True
                 backoff.pause(failure[0], self._quiet, unexpected=failure[1])
