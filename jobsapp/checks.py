@@ -24,7 +24,7 @@ only when that is not enough.
 | jobsapp.W001 | the dashboard is in the URLs but no login page exists for anonymous visitors |
 | jobsapp.W002 | DEFAULT_QUEUE is not in QUEUES: ``runworkers`` without ``-q`` never takes jobs pushed there |
 | jobsapp.E040-E042, E044 | Sentinel, ENQUEUE_REPLICAS and SHARDS (``check_connection_settings``; E043 is unused) |
-| jobsapp.E201-E204, W201 | the Django tasks backend's TASKS entry (``jobsapp.django_tasks.JobsBackend.check``) |
+| jobsapp.E201-E204, W201-W202 | the Django tasks backend's TASKS entry (``jobsapp.django_tasks.JobsBackend.check``) |
 
 tests/jobsapp/test_check_ids.py pins every id: an id is never renumbered or reused.
 """
@@ -352,6 +352,8 @@ def check_login_page(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
     from django.conf import global_settings
     from django.urls import NoReverseMatch, Resolver404, resolve, reverse
 
+    if not getattr(settings, "ROOT_URLCONF", None):  # a worker-only settings module: no URLs, no dashboard
+        return []
     try:
         reverse("jobsapp:overview")
     except NoReverseMatch:

@@ -22,34 +22,47 @@ retried. What becomes of a failed task is the engine's: by default (``RETRY: 0``
 straight to the dead set (the operator can retry it from the dashboard) and its result says
 FAILED; ``RETRY: n`` retries it n times with Sidekiq's backoff (READY meanwhile).
 
-Priorities are not supported (``supports_priority`` is False, so Django refuses a priority other
-than the default): the engine orders work by queue, and a queue per priority would be a lie about
-ordering within a queue. Only the last error of a task is kept (``errors`` has at most one).
+Priorities are accepted and ignored: a task declared or enqueued with a priority other than 0
+(within Django's -100..100) is valid, warns ``PriorityIgnored`` once and runs in order of arrival
+in its queue, as every job of that queue does (``supports_priority`` stays False: the engine
+does not order by priority). ``manage.py check`` lists such tasks (jobsapp.W202). Django's range
+check still refuses -101, 101 or 3.1 at declaration.
+
+``enqueue`` returns the result ``get_result`` reads back: ``enqueued_at`` is the push's
+``created_at`` (stamped before the push, stored with the job's record, and unchanged by retries
+or the scheduler), and the task carries the queue and ``run_after`` it was enqueued with. The
+backend's ``options`` are the ``OPTIONS`` given in settings (defaults are read, not merged in).
+Only the last error of a task is kept (``errors`` has at most one).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import inspect
 import threading
+import traceback
+import warnings
 from typing import TYPE_CHECKING, Any
 
 try:
     from django.tasks import TaskContext, TaskResult, TaskResultStatus
     from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import Task, TaskError
-    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.base import DEFAULT_TASK_PRIORITY, TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, Task, TaskError
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError as exc:  # Django < 6.0 has no django.tasks: the backend is not offered
     raise ImportError("jobsapp.django_tasks needs Django 6.0 or later (django.tasks); this is an older Django") from exc
 
+from django.apps import apps
 from django.core import checks
 from django.utils.json import normalize_json
 
-from . import aio, results, timeouts
+from . import aio, registry, results, timeouts
 from .conf import jobs_settings
 from .functions import FunctionJob, dotted_path, job_class_for
 from .payload import now
+from .retry import retry_limit
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -78,6 +91,14 @@ _STATUSES = {
 }
 
 
+class PriorityIgnored(UserWarning):
+    """A task has a priority other than 0: it is accepted, and runs in order of arrival in its queue."""
+
+
+#: Module paths of the tasks whose ignored priority was already warned about (one warning each).
+_warned_priorities: set[tuple[str, int]] = set()
+
+
 def _datetime(epoch: float | None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(epoch, tz=dt.UTC) if epoch is not None else None
 
@@ -94,8 +115,6 @@ class TaskJob(FunctionJob):
     task: Any  # the django.tasks Task (a ClassVar, set per function)
 
     def perform(self, *args: Any, **kwargs: Any) -> Any:
-        from .retry import retry_limit
-
         task: Task[Any, Any] = type(self).task
         alias = str(self.item.get(BACKEND_KEY) or task.backend)
         backend_class = type(task.get_backend()) if alias == task.backend else JobsBackend
@@ -135,8 +154,6 @@ class TaskJob(FunctionJob):
                 object.__setattr__(task_result, "status", TaskResultStatus.FAILED)
                 object.__setattr__(task_result, "finished_at", dt.datetime.fromtimestamp(now(), tz=dt.UTC))
                 kind = type(exc)
-                import traceback
-
                 task_result.errors.append(
                     TaskError(
                         exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
@@ -157,13 +174,20 @@ def _register(task: Task[Any, Any]) -> type[FunctionJob]:
     name = dotted_path(task.func)
     with _lock:
         if name in _tasks and _tasks[name].func is task.func:
-            from . import registry
-
             job_class = registry.lookup(name)
             if issubclass(job_class, TaskJob):
                 return job_class
         _tasks[name] = task
     return job_class_for(task.func, base=TaskJob, attributes={"task": task})
+
+
+def _copy(task: Task[Any, Any], **changes: Any) -> Task[Any, Any]:
+    """``task`` with ``changes``, made without validating (or registering) it again: what
+    ``Task.using`` makes, for a task that was valid when it was enqueued."""
+    copy: Task[Any, Any] = object.__new__(type(task))
+    for field in dataclasses.fields(task):
+        object.__setattr__(copy, field.name, changes.get(field.name, getattr(task, field.name)))
+    return copy
 
 
 if TYPE_CHECKING:
@@ -191,19 +215,41 @@ class JobsBackend(BaseTaskBackend):
     supports_get_result = True
     supports_priority = False
 
-    def __init__(self, alias: str, params: dict[str, Any]) -> None:
-        super().__init__(alias, params)
-        self.options = {**DEFAULT_OPTIONS, **self.options}
+    def option(self, name: str) -> Any:
+        """An ``OPTIONS`` value, or its default (``options`` itself is kept as given)."""
+        return self.options.get(name, DEFAULT_OPTIONS[name])
 
     # --- producing ---------------------------------------------------------------------
+
+    def validate_task(self, task: Task[Any, Any]) -> None:
+        """Django's rules, except that a priority within -100..100 is accepted (and ignored, with
+        one ``PriorityIgnored`` warning per task and priority) instead of refused."""
+        priority = task.priority
+        if priority != DEFAULT_TASK_PRIORITY:
+            if not TASK_MIN_PRIORITY <= priority <= TASK_MAX_PRIORITY or int(priority) != priority:
+                raise InvalidTask(f"priority must be a whole number between {TASK_MIN_PRIORITY} and {TASK_MAX_PRIORITY}.")
+            if (task.module_path, priority) not in _warned_priorities:
+                _warned_priorities.add((task.module_path, priority))
+                warnings.warn(
+                    PriorityIgnored(
+                        f"Task {task.module_path} has priority {priority}: {type(self).__name__} ignores priorities; "
+                        "its tasks run in order of arrival within their queue."
+                    ),
+                    stacklevel=2,
+                )
+            task = _copy(task, priority=DEFAULT_TASK_PRIORITY)
+        super().validate_task(task)
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
         self.validate_task(task)
         job_class = _register(task)
+        # stamped before the push and stored with the job (created_at), so get_result reads it back
+        timestamp = now()
         options: dict[str, Any] = {
             "queue": task.queue_name,
-            "retry": self.options["RETRY"],
-            "retain": self.options["RETAIN_SECONDS"],
+            "retry": self.option("RETRY"),
+            "retain": self.option("RETAIN_SECONDS"),
+            "created_at": timestamp,
             BACKEND_KEY: self.alias,
             # Django's task backends enqueue at once (its docs: wrap enqueue in on_commit yourself)
             "on_commit": False,
@@ -219,12 +265,11 @@ class JobsBackend(BaseTaskBackend):
             jid = setter.perform_async(*args_list, **kwargs_dict)
         if jid is None:
             raise RuntimeError("a client middleware stopped the push of this task; nothing was enqueued")
-        timestamp = _datetime(now())
         task_result: TaskResult[Any, Any] = TaskResult(
             task=task,
             id=jid,
             status=TaskResultStatus.READY,
-            enqueued_at=timestamp,
+            enqueued_at=_datetime(timestamp),
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
@@ -247,11 +292,16 @@ class JobsBackend(BaseTaskBackend):
         errors = []
         if record.error_class:  # the last error only, from whichever attempt raised it
             errors.append(TaskError(exception_class_path=_exception_path(record.error_class), traceback=record.error_traceback))
+        # the task as it was enqueued: its queue and run_after (the declared priority: it is ignored)
+        run_after = _datetime(record.scheduled_at)
+        if record.queue != task.queue_name or run_after != task.run_after or self.alias != task.backend:
+            task = _copy(task, queue_name=record.queue, run_after=run_after, backend=self.alias)
         task_result: TaskResult[Any, Any] = TaskResult(
             task=task,
             id=record.jid,
             status=_STATUSES.get(record.status, TaskResultStatus.READY),
-            enqueued_at=_datetime(record.enqueued_at or record.created_at),
+            # when enqueue() pushed it: created_at (enqueued_at is stamped again by every requeue)
+            enqueued_at=_datetime(record.created_at if record.created_at is not None else record.enqueued_at),
             started_at=_datetime(record.started_at),
             finished_at=_datetime(record.finished_at) if record.ready else None,
             last_attempted_at=_datetime(record.last_attempted_at),
@@ -269,8 +319,6 @@ class JobsBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         messages: list[checks.CheckMessage] = []
-        from django.apps import apps
-
         if not apps.is_installed("jobsapp"):
             messages.append(
                 checks.Error(
@@ -288,7 +336,7 @@ class JobsBackend(BaseTaskBackend):
                     id="jobsapp.E202",
                 )
             )
-        retry = self.options.get("RETRY")
+        retry = self.option("RETRY")
         if type(retry) is not int or retry < 0:
             messages.append(
                 checks.Error(
@@ -297,13 +345,24 @@ class JobsBackend(BaseTaskBackend):
                     id="jobsapp.E203",
                 )
             )
-        retain = self.options.get("RETAIN_SECONDS")
+        retain = self.option("RETAIN_SECONDS")
         if isinstance(retain, bool) or not isinstance(retain, (int, float)) or retain <= 0:
             messages.append(
                 checks.Error(
                     f"TASKS[{self.alias!r}]['OPTIONS']['RETAIN_SECONDS'] is {retain!r}.",
                     hint="Use a positive number of seconds: results are kept that long after a task's last change.",
                     id="jobsapp.E204",
+                )
+            )
+        with _lock:
+            prioritized = sorted((name, task.priority) for name, task in _tasks.items() if task.priority != DEFAULT_TASK_PRIORITY)
+        for name, priority in prioritized:
+            messages.append(
+                checks.Warning(
+                    f"Task {name} has priority {priority}, which TASKS[{self.alias!r}] ignores.",
+                    hint="JobsBackend runs the tasks of a queue in order of arrival; use a queue of its own "
+                    "(queue_name=..., listed first with runworkers -q) for work that must go first.",
+                    id="jobsapp.W202",
                 )
             )
         worker_queues = set(jobs_settings.QUEUES)

@@ -67,6 +67,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 
 
 def _included(name: str) -> bool:
+    if not getattr(settings, "ROOT_URLCONF", None):  # a worker-only settings module includes no URLs
+        return False
     try:
         reverse(name)
     except NoReverseMatch:

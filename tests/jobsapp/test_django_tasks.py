@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -9,11 +10,12 @@ import pytest
 
 django_tasks = pytest.importorskip("django.tasks", reason="django.tasks needs Django 6.0+")
 
-from django.tasks import TaskResultStatus, default_task_backend  # noqa: E402
+from django.tasks import TaskResultStatus, default_task_backend, task  # noqa: E402
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist  # noqa: E402
 from django.tasks.signals import task_enqueued  # noqa: E402
 
 from jobsapp import registry  # noqa: E402
+from jobsapp.django_tasks import JobsBackend, PriorityIgnored  # noqa: E402
 from tests.workers import WorkerProcess, wait_until  # noqa: E402
 
 
@@ -45,21 +47,65 @@ def test_enqueue_answers_ready_and_pushes_a_job_without_retry(redis):
     assert default_task_backend.get_result(result.id).status == TaskResultStatus.READY
 
 
-def test_unknown_results_and_priorities_are_refused():
-    tasks = tasks_module()
+def test_unknown_results_are_refused():
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result("0" * 24)
-    with pytest.raises(InvalidTask):
-        tasks.add_numbers.using(priority=10)
+
+
+def prioritized_function(value: int) -> int:
+    """A plain module-level function the priority test declares as a task."""
+    return value
+
+
+def test_a_priority_is_accepted_with_a_warning_and_listed_by_the_system_check():
+    tasks = tasks_module()
+    # Given a task declared with a priority in Django's range, When it is declared and enqueued
+    with pytest.warns(PriorityIgnored, match="prioritized_function has priority 10"):
+        prioritized = task(priority=10)(prioritized_function)
+    result = prioritized.enqueue(1)
+    # Then it is a valid task whose job is pushed (no InvalidTask at import time, nothing crashes)
+    assert prioritized.priority == 10 and result.status == TaskResultStatus.READY
+    # And using(priority=...) is accepted too, while Django's range check still refuses -101 and 3.1
+    with pytest.warns(PriorityIgnored, match="add_numbers has priority -100"):
+        assert tasks.add_numbers.using(priority=-100).priority == -100
+    for bad in (-101, 101, 3.1):
+        with pytest.raises(InvalidTask, match="priority must be a whole number"):
+            tasks.add_numbers.using(priority=bad)
+    # And manage.py check says the priority is ignored
+    warnings = [message for message in default_task_backend.check() if message.id == "jobsapp.W202"]
+    assert any("prioritized_function has priority 10" in message.msg for message in warnings)
+
+
+def test_options_are_the_options_given():
+    # Given backends with and without OPTIONS, Then options echo exactly what settings gave
+    assert JobsBackend("other", {"OPTIONS": {"RETRY": 2}}).options == {"RETRY": 2}
+    assert JobsBackend("other", {}).options == {}
 
 
 def test_system_check_reports_bad_options(settings):
-    from jobsapp.django_tasks import JobsBackend
-
     backend = JobsBackend("other", {"QUEUES": ["nowhere"], "OPTIONS": {"RETRY": "yes", "COLOUR": 1}})
     ids = {message.id for message in backend.check()}
     assert {"jobsapp.E202", "jobsapp.E203", "jobsapp.W201"} <= ids
-    assert JobsBackend("default", {}).check() == []
+    assert [message for message in JobsBackend("default", {}).check() if message.id != "jobsapp.W202"] == []
+
+
+def test_enqueue_returns_what_get_result_reads_back(redis):
+    tasks = tasks_module()
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    # Given tasks enqueued at once, on another queue, and deferred
+    for enqueued in (
+        tasks.add_numbers.enqueue(2, 3),
+        tasks.add_numbers.using(queue_name="critical").enqueue(4, 5),
+        tasks.add_numbers.using(run_after=later).enqueue(1, 1),
+    ):
+        original = dataclasses.asdict(enqueued)
+        # When the result is read back, and refreshed
+        read = default_task_backend.get_result(enqueued.id)
+        enqueued.refresh()
+        # Then get_result answers the same result, and refresh() changes nothing
+        assert read == enqueued
+        assert dataclasses.asdict(enqueued) == original
+        assert enqueued.enqueued_at is not None
 
 
 @pytest.mark.slow
