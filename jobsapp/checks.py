@@ -333,16 +333,12 @@ def check_connection_settings(app_configs: Any = None, **kwargs: Any) -> list[ch
 
 
 def check_periodic() -> list[checks.CheckMessage]:
-    """jobsapp.E010: a bad JOBSAPP["PERIODIC"] entry or @periodic_job (the workers refuse to start)."""
-    from django.core.exceptions import ImproperlyConfigured
+    """jobsapp.E010: a bad JOBSAPP["PERIODIC"] entry or @periodic_job (the workers refuse to
+    start), one message per bad entry: a cron no date matches (30 February) is one."""
+    from .periodic import validate
 
-    from .periodic import definitions
-
-    try:
-        definitions()
-    except ImproperlyConfigured as error:
-        return [checks.Error(str(error), hint="See the README's Periodic jobs section.", id="jobsapp.E010")]
-    return []
+    _, problems = validate()
+    return [checks.Error(problem, hint="See the Periodic jobs page of the documentation.", id="jobsapp.E010") for problem in problems]
 
 
 @checks.register(checks.Tags.urls)

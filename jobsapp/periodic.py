@@ -9,10 +9,16 @@ sleeps until the soonest next tick (at most ``PERIODIC_POLL_SECONDS``), so ``eve
 a second, not once per process.
 
 After downtime only the latest tick is claimed, so a job whose ticks were missed runs once (not
-once per missed tick), or not at all with ``"missed": "skip"``; a tick counts as missed when it is
-claimed more than ``MISSED_AFTER_SECONDS`` late. A job seen for the first time starts from its
-next tick (its current one is recorded as done): declaring a daily job at 15:00 does not run
-today's 09:00.
+once per missed tick), or not at all with ``"missed": "skip"``. Ticks were missed when the tick
+before the one claimed was never claimed (a later tick became due first: ``every: 5`` with the
+workers down for a minute), or when the claimed tick is more than ``MISSED_AFTER_SECONDS`` late
+(a daily 09:00 job claimed at 10:00). A job seen for the first time starts from its next tick
+(its current one is recorded as done): declaring a daily job at 15:00 does not run today's 09:00.
+
+Each entry is ticked on its own: an entry that raises (a cron no date matches, a ``cron_job:*``
+hash another client broke) is logged once and skipped until it recovers, while every other
+entry keeps its ticks. A malformed ``jobsapp_last_tick`` (``inf``, ``nan``, far in the future)
+is ignored by the claim script, which says so, and replaced by the next claimed tick.
 
 Keys: sidekiq-cron 1.8's layout (keys.CRON_JOBS, ``cron_job:<name>`` and its ``:enqueued`` and
 ``:jid_history``), with our own fields prefixed ``jobsapp_``. A Ruby app's sidekiq-cron jobs
@@ -29,13 +35,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
-from croniter import croniter
+from croniter import CroniterError, croniter
 from django.core.exceptions import ImproperlyConfigured
 
 from . import expiry, keys, registry, scripts
@@ -52,7 +59,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("jobsapp.periodic")
 
-#: A tick claimed later than this after its time counts as missed (sidekiq-cron uses 60 s too).
+#: A tick claimed later than this after its time counts as missed (sidekiq-cron uses 60 s too);
+#: a tick whose predecessor was never claimed counts as missed however soon it is claimed.
 MISSED_AFTER_SECONDS = 60
 #: The longest the thread sleeps between two looks at the clock.
 PERIODIC_POLL_SECONDS = 5.0
@@ -61,6 +69,13 @@ PERIODIC_KEY = "periodic"
 
 SPEC_KEYS = frozenset({"class", "cron", "every", "args", "kwargs", "queue", "timezone", "missed", "description"})
 MISSED_CHOICES = ("run_once", "skip")
+
+#: What one entry can raise without the others being concerned: a cron no date matches
+#: (CroniterError is a ValueError), a time out of range, a reply about its own keys (WRONGTYPE,
+#: a script error on a hash another client wrote). Redis down, read-only or full is an outage
+#: for every entry: the component's backoff handles it.
+ENTRY_ERRORS = (ValueError, OverflowError, redis.ResponseError)
+OUTAGE_RESPONSES = (redis.exceptions.ReadOnlyError, redis.exceptions.OutOfMemoryError, redis.exceptions.NoScriptError)
 
 _declared: dict[str, dict[str, Any]] = {}
 
@@ -88,6 +103,10 @@ class Definition:
     def next_tick(self, epoch_seconds: float) -> int:
         """The first tick strictly after ``epoch_seconds``."""
         return next_tick(epoch_seconds, cron=self.cron, every_seconds=self.every_seconds, timezone=self.timezone)
+
+    def tick_before(self, tick: int) -> int:
+        """The tick just before ``tick`` (ticks are whole seconds)."""
+        return self.previous_tick(tick - 0.5)
 
     @property
     def queue(self) -> str:
@@ -203,6 +222,10 @@ def build(name: str, spec: dict[str, Any]) -> Definition:
         fields = len(str(cron).split())
         if not isinstance(cron, str) or not croniter.is_valid(cron, second_at_beginning=fields == 6) or fields > 6:
             raise ImproperlyConfigured(f"periodic job {name!r}: {cron!r} is not a cron expression (5 fields, or 6 with seconds first)")
+        try:
+            next_tick(time.time(), cron=cron, every_seconds=None, timezone=str(timezone))
+        except CroniterError:
+            raise ImproperlyConfigured(f"periodic job {name!r}: {cron!r} can never fire (no date matches it, e.g. 30 February)")
     if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
         raise ImproperlyConfigured(f'periodic job {name!r}: "every" must be a whole number of seconds >= 1, not {every!r}')
     args = spec.get("args", [])
@@ -232,16 +255,32 @@ def build(name: str, spec: dict[str, Any]) -> Definition:
     )
 
 
-def definitions() -> list[Definition]:
-    """Every periodic job of this installation: settings first, then decorated classes (a name
-    in both is an error). Raises ImproperlyConfigured on the first bad entry."""
+def validate() -> tuple[list[Definition], list[str]]:
+    """Every periodic job of this installation (settings first, then decorated classes) that
+    validates, and the reason of each one that does not: ``check`` reports them all at once."""
     configured = jobs_settings.PERIODIC or {}
     if not isinstance(configured, dict):
-        raise ImproperlyConfigured('JOBSAPP["PERIODIC"] must be a dict of name -> {"class": ..., "cron" or "every": ...}')
+        return [], ['JOBSAPP["PERIODIC"] must be a dict of name -> {"class": ..., "cron" or "every": ...}']
+    problems = []
     clash = sorted(set(configured) & set(_declared))
     if clash:
-        raise ImproperlyConfigured(f"periodic job(s) {', '.join(clash)} defined both in settings and by @periodic_job")
-    return [build(name, spec) for name, spec in {**configured, **_declared}.items()]
+        problems.append(f"periodic job(s) {', '.join(clash)} defined both in settings and by @periodic_job")
+    valid = []
+    for name, spec in {**configured, **_declared}.items():
+        try:
+            valid.append(build(name, spec))
+        except ImproperlyConfigured as error:
+            problems.append(str(error))
+    return valid, problems
+
+
+def definitions() -> list[Definition]:
+    """Every periodic job of this installation; ImproperlyConfigured names every bad entry
+    (a name both in settings and decorated is one)."""
+    valid, problems = validate()
+    if problems:
+        raise ImproperlyConfigured("; ".join(problems))
+    return valid
 
 
 def register(client: redis.Redis, definition: Definition, *, server_now: float) -> None:
@@ -284,11 +323,12 @@ def claim(client: redis.Redis, definition: Definition, tick: int, *, created_at:
     if expiry.EXPIRES_IN_KEY in item:  # the script pushes it now: it expires expires_in from now
         expiry.stamp(item, scheduled_at=None, timestamp=created_at)
     moment = dt.datetime.fromtimestamp(tick, dt.UTC)
-    pushed, outcome = scripts.periodic_claim(
+    reply = scripts.periodic_claim(
         client,
         name=definition.name,
         queue=item["queue"],  # resolved now (Definition.queue), the same as in the payload
         tick=tick,
+        tick_before=definition.tick_before(tick),
         tick_iso=moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
         tick_ruby=moment.strftime(RUBY_TIME_FORMAT),
         data=compact_json(item),
@@ -297,8 +337,11 @@ def claim(client: redis.Redis, definition: Definition, tick: int, *, created_at:
         missed_after_seconds=MISSED_AFTER_SECONDS,
         jid_history_size=JID_HISTORY_SIZE,
     )
-    text = outcome.decode() if isinstance(outcome, bytes) else str(outcome)
-    return bool(int(pushed)), text, jid
+    if reply.ignored_last_tick:  # repaired by this very claim: logged once
+        logger.warning(
+            "periodic %s: its jobsapp_last_tick was %r, not a past tick: ignored and replaced", definition.name, reply.ignored_last_tick
+        )
+    return reply.pushed, reply.outcome, jid
 
 
 def record_outcome(client: redis.Redis, item: dict[str, Any], *, error: BaseException | None, finished_at: float) -> None:
@@ -334,29 +377,47 @@ class PeriodicScheduler(PollingComponent):
         self.client = client
         self.jobs = jobs
         self.poll_seconds = poll_seconds
-        self._registered = False
+        self._registered: set[str] = set()  # names whose hash this process wrote
         self._asked: dict[str, int] = {}  # name -> last tick this process asked about
+        self._broken: set[str] = set()  # names whose last poll failed (logged once until they recover)
 
     def tick(self) -> float:
-        """Claim every job's latest tick not asked about yet; seconds until the next tick."""
+        """Claim every job's latest tick not asked about yet; seconds until the next tick. An
+        entry that fails is logged once and skipped; the others are ticked all the same."""
         now = server_time(self.client)
-        if not self._registered:
-            for definition in self.jobs:
-                register(self.client, definition, server_now=now)
-            self._registered = True
         wait = self.poll_seconds
         for definition in self.jobs:
-            tick = definition.previous_tick(now)
-            if self._asked.get(definition.name) != tick:
-                pushed, outcome, jid = claim(self.client, definition, tick, created_at=now)
-                if outcome != "early":
-                    self._asked[definition.name] = tick
-                if pushed:
-                    logger.info("periodic %s: tick %d enqueued as jid=%s", definition.name, tick, jid)
-                elif outcome == "skipped":
-                    logger.info("periodic %s: missed tick %d skipped", definition.name, tick)
-            wait = min(wait, definition.next_tick(now) - now)
+            try:
+                wait = min(wait, self._tick_one(definition, now))
+            except OUTAGE_RESPONSES:  # concerns every entry: the component's backoff, the next poll retries
+                raise
+            except ENTRY_ERRORS as exc:  # this entry's cron or hash is broken: no job pushed for it, retried next poll
+                if definition.name not in self._broken:
+                    logger.error(
+                        "periodic %s: skipped, the other periodic jobs keep their ticks (%s: %s)", definition.name, type(exc).__name__, exc
+                    )
+                self._broken.add(definition.name)
+            else:
+                if definition.name in self._broken:
+                    logger.info("periodic %s: ticking again", definition.name)
+                self._broken.discard(definition.name)
         return max(wait, 0.0)
+
+    def _tick_one(self, definition: Definition, now: float) -> float:
+        """Register (once) and claim one entry's latest tick; seconds until its next tick."""
+        if definition.name not in self._registered:
+            register(self.client, definition, server_now=now)
+            self._registered.add(definition.name)
+        tick = definition.previous_tick(now)
+        if self._asked.get(definition.name) != tick:
+            pushed, outcome, jid = claim(self.client, definition, tick, created_at=now)
+            if outcome != "early":
+                self._asked[definition.name] = tick
+            if pushed:
+                logger.info("periodic %s: tick %d enqueued as jid=%s", definition.name, tick, jid)
+            elif outcome == "skipped":
+                logger.info("periodic %s: missed tick %d skipped", definition.name, tick)
+        return definition.next_tick(now) - now
 
     def poll(self) -> float:
         # a little past the tick, so the server's clock has reached it when we ask

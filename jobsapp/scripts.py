@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -153,12 +154,24 @@ def api_kill(client: Client, *, set_key: str, member: bytes, now: float, oldest_
     return script("api_kill")(client, [set_key, keys.DEAD], [member, repr(now), repr(oldest_kept), dead_max_jobs])
 
 
+@dataclass(frozen=True)
+class PeriodicClaim:
+    """``periodic_claim.lua``'s reply: whether the job was pushed, the outcome ("enqueued",
+    "early", "disabled", "done", "skipped") and the malformed ``jobsapp_last_tick`` it ignored
+    ('' when the field was sound)."""
+
+    pushed: bool
+    outcome: str
+    ignored_last_tick: str
+
+
 def periodic_claim(
     client: Client,
     *,
     name: str,
     queue: str,
     tick: int,
+    tick_before: int,
     tick_iso: str,
     tick_ruby: str,
     data: str,
@@ -166,14 +179,19 @@ def periodic_claim(
     missed: str,
     missed_after_seconds: int,
     jid_history_size: int,
-) -> Any:
+) -> PeriodicClaim:
     """``periodic_claim.lua``: claim ``tick`` of periodic job ``name`` and push ``data`` to
-    ``queue`` for exactly one caller; {1 or 0, outcome}."""
-    return script("periodic_claim")(
+    ``queue`` for exactly one caller."""
+    pushed, outcome, ignored = script("periodic_claim")(
         client,
         [keys.cron_job(name), keys.cron_job_enqueued(name), keys.cron_job_jid_history(name), keys.QUEUES, keys.queue(queue)],
-        [tick, tick_iso, data, queue, jid, missed, missed_after_seconds, jid_history_size, tick_ruby],
+        [tick, tick_iso, data, queue, jid, missed, tick_before, jid_history_size, tick_ruby, missed_after_seconds],
     )
+    return PeriodicClaim(bool(int(pushed)), _text(outcome), _text(ignored))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def batch_update(

@@ -7,15 +7,23 @@ cron field when it parses (Fugit's trailing zone name is understood). Enable and
 the ``status`` field both tickers read at each claim; "run now" pushes the stored ``message``
 under a fresh jid through ``jobsapp.client`` and does not count as a tick. Redis connection
 errors raise ``RedisUnavailable``.
+
+Any client can write these hashes, so no field is trusted: a time, count or interval that is
+not a sane number (``inf``, ``nan``, 400 digits, text) reads as absent and is named in the
+job's ``malformed`` list, so the dashboard and ``jobs periodic`` show the entry as malformed
+instead of failing; a ``cron_jobs`` member that is not a hash is shown the same way.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import zoneinfo
 from dataclasses import dataclass
 from typing import Any
+
+import redis
 
 from .. import client, keys
 from ..connection import as_text, get_redis
@@ -42,11 +50,34 @@ def _is_zone(text: str) -> bool:
     return True
 
 
+#: The latest time a field may hold (the end of year 9999): beyond it, no date prints.
+LATEST_EPOCH_SECONDS = 253_402_300_799.0
+#: The longest ``every`` that reads as an interval (100 years); more is malformed.
+LONGEST_EVERY_SECONDS = 100 * 366 * 86_400
+
+
 def _float(text: str) -> float | None:
+    """A time field: epoch seconds between 0 and year 9999, else None."""
     try:
-        return float(text) if text else None
+        value = float(text) if text else None
     except ValueError:
         return None
+    if value is None or not math.isfinite(value) or not 0 <= value <= LATEST_EPOCH_SECONDS:
+        return None
+    return value
+
+
+def _count(text: str) -> int | None:
+    """A count field: a whole number below 2**63, else None."""
+    text = text.strip()
+    if not text.isdigit() or len(text) > 18:
+        return None
+    return int(text)
+
+
+#: Fields of ours read as times or counts, checked by ``malformed``.
+_TIME_FIELDS = ("jobsapp_last_enqueued_at", "jobsapp_last_finished_at", "jobsapp_last_tick")
+_COUNT_FIELDS = ("jobsapp_enqueued_count",)
 
 
 @dataclass(frozen=True)
@@ -56,6 +87,25 @@ class PeriodicJob:
     name: str
     fields: dict[str, str]
     server_now: float
+    #: The ``cron_job:<name>`` key holds another type (another client wrote it): no fields.
+    not_a_hash: bool = False
+
+    @property
+    def malformed(self) -> list[str]:
+        """The fields that do not hold what sidekiq-cron's layout and ours say (empty: sound)."""
+        if self.not_a_hash:
+            return ["the key is not a hash"]
+        bad = [name for name in _TIME_FIELDS if self.fields.get(name) and _float(self.fields[name]) is None]
+        bad += [name for name in _COUNT_FIELDS if self.fields.get(name) and _count(self.fields[name]) is None]
+        if self.fields.get("jobsapp_every") and self._every() is None:
+            bad.append("jobsapp_every")
+        if self.fields.get("last_enqueue_time") and _parse_ruby_time(self.fields["last_enqueue_time"]) is None:
+            bad.append("last_enqueue_time")
+        return bad
+
+    def _every(self) -> int | None:
+        every = _count(self.fields.get("jobsapp_every", ""))
+        return every if every is not None and 1 <= every <= LONGEST_EVERY_SECONDS else None
 
     @property
     def ours(self) -> bool:
@@ -97,23 +147,25 @@ class PeriodicJob:
     @property
     def next_run_at(self) -> float | None:
         """The next tick by the server's clock; None for a Ruby cron we cannot parse."""
-        every = self.fields.get("jobsapp_every", "")
+        if self.fields.get("jobsapp_every"):
+            every = self._every()
+            return None if every is None else _sane(next_tick(self.server_now, cron=None, every_seconds=every))
         try:
-            if every:
-                return next_tick(self.server_now, cron=None, every_seconds=int(every))
             if self.ours:
-                return next_tick(
-                    self.server_now,
-                    cron=self.fields["jobsapp_cron"],
-                    every_seconds=None,
-                    timezone=self.fields.get("jobsapp_timezone") or "UTC",
+                return _sane(
+                    next_tick(
+                        self.server_now,
+                        cron=self.fields["jobsapp_cron"],
+                        every_seconds=None,
+                        timezone=self.fields.get("jobsapp_timezone") or "UTC",
+                    )
                 )
             cron, timezone = self.fields.get("cron", ""), "UTC"
             parts = cron.split()
             if len(parts) > 5 and _is_zone(parts[-1]):  # Fugit's "0 9 * * * Europe/Paris"
                 cron, timezone = " ".join(parts[:-1]), parts[-1]
-            return next_tick(self.server_now, cron=cron, every_seconds=None, timezone=timezone)
-        except (ValueError, KeyError, LookupError, zoneinfo.ZoneInfoNotFoundError):  # a cron only Fugit understands
+            return _sane(next_tick(self.server_now, cron=cron, every_seconds=None, timezone=timezone))
+        except (ValueError, OverflowError, KeyError, LookupError, zoneinfo.ZoneInfoNotFoundError):  # a cron only Fugit understands, or none
             return None
 
     @property
@@ -126,11 +178,15 @@ class PeriodicJob:
 
     @property
     def enqueued_count(self) -> int:
-        return int(_float(self.fields.get("jobsapp_enqueued_count", "")) or 0)
+        return _count(self.fields.get("jobsapp_enqueued_count", "")) or 0
 
     @property
     def last_jid(self) -> str:
         return self.fields.get("jobsapp_last_jid", "")
+
+
+def _sane(epoch_seconds: float) -> float | None:
+    return _float(repr(float(epoch_seconds)))
 
 
 class PeriodicSet:
@@ -145,10 +201,13 @@ class PeriodicSet:
         for member in members:
             pipe.hgetall(member)
         pipe.time()
-        *replies, (seconds, microseconds) = pipe.execute()
+        *replies, (seconds, microseconds) = pipe.execute(raise_on_error=False)
         now = float(seconds) + float(microseconds) / 1_000_000
         jobs = []
         for member, reply in zip(members, replies, strict=True):
+            if isinstance(reply, redis.ResponseError):  # WRONGTYPE: another client wrote something else there
+                jobs.append(PeriodicJob(keys.cron_job_name(member), {}, now, not_a_hash=True))
+                continue
             if not reply:
                 continue
             fields = {as_text(key): as_text(value) for key, value in reply.items()}
@@ -159,7 +218,10 @@ class PeriodicSet:
     @translate_errors
     def get(name: str) -> PeriodicJob | None:
         connection = get_redis()
-        reply = connection.hgetall(keys.cron_job(name))
+        try:
+            reply = connection.hgetall(keys.cron_job(name))
+        except redis.ResponseError:  # WRONGTYPE: another client wrote something else there
+            return PeriodicJob(name, {}, server_time(connection), not_a_hash=True)
         if not reply:
             return None
         fields = {as_text(key): as_text(value) for key, value in reply.items()}
@@ -173,7 +235,10 @@ class PeriodicSet:
         key = keys.cron_job(name)
         if not connection.exists(key):
             return False
-        connection.hset(key, "status", "enabled" if enabled else "disabled")
+        try:
+            connection.hset(key, "status", "enabled" if enabled else "disabled")
+        except redis.ResponseError:  # WRONGTYPE: not a periodic job's hash, nothing to switch
+            return False
         return True
 
     @staticmethod

@@ -16,36 +16,51 @@
 -- ARGV[3] -> the job JSON without "enqueued_at" (compact, ends with "}")
 -- ARGV[4] -> the queue name (for SADD queues)
 -- ARGV[5] -> the jid inside the JSON
--- ARGV[6] -> "skip" to skip a tick found more than ARGV[7] seconds late, else it runs once
--- ARGV[7] -> seconds after which a tick counts as missed
+-- ARGV[6] -> "skip" to skip a missed tick, else it runs once
+-- ARGV[7] -> the tick before ARGV[1]: when the last claimed tick is older, ticks were missed
 -- ARGV[8] -> jid history entries kept
 -- ARGV[9] -> the tick in sidekiq-cron's last_enqueue_time format ("2026-11-22 16:05:00 +0000")
--- returns -> {1 or 0, outcome}: outcome is "enqueued", "early" (tick not reached by the server
---            clock), "disabled", "done" (claimed before), "skipped" (a missed tick skipped)
+-- ARGV[10] -> seconds after its time past which a claimed tick counts as missed
+-- returns -> {1 or 0, outcome, ignored}: outcome is "enqueued", "early" (tick not reached by the
+--            server clock), "disabled", "done" (claimed before), "skipped" (a missed tick
+--            skipped); ignored is the malformed jobsapp_last_tick the claim replaced ('' if none)
+--
+-- A tick is missed when the tick before it was never claimed (a later tick, this one, became
+-- due first: the workers were down) or when it is claimed more than ARGV[10] seconds late.
+-- Fields another client may have broken are never trusted: a jobsapp_last_tick that is not a
+-- past time (nan, inf, 400 digits) is ignored, the enqueued set still refuses a second claim of
+-- the tick, and a count that is not a whole number restarts at 1.
 -- cost    -> O(log(N)) plus the payload copy
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local tick = tonumber(ARGV[1])
 if tick > now then
-  return {0, 'early'}
+  return {0, 'early', ''}
 end
 if redis.call('HGET', KEYS[1], 'status') == 'disabled' then
-  return {0, 'disabled'}
+  return {0, 'disabled', ''}
 end
-local last_tick = tonumber(redis.call('HGET', KEYS[1], 'jobsapp_last_tick') or '')
+local last_tick_text = redis.call('HGET', KEYS[1], 'jobsapp_last_tick')
+local last_tick = tonumber(last_tick_text or '')
+local ignored = ''
+if last_tick_text and (not last_tick or last_tick ~= last_tick or last_tick > now + 86400 or last_tick < 0) then
+  ignored = last_tick_text
+  last_tick = nil
+end
 if last_tick and tick <= last_tick then
-  return {0, 'done'}
+  return {0, 'done', ignored}
 end
 if redis.call('ZADD', KEYS[2], 'NX', tick, ARGV[2]) == 0 then
   -- a Ruby poller claimed it: remember, so we do not ask again
   redis.call('HSET', KEYS[1], 'jobsapp_last_tick', tick)
-  return {0, 'done'}
+  return {0, 'done', ignored}
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (tick - 86400))
 redis.call('HSET', KEYS[1], 'jobsapp_last_tick', tick)
-if ARGV[6] == 'skip' and now - tick > tonumber(ARGV[7]) then
-  return {0, 'skipped'}
+local missed = (last_tick and last_tick < tonumber(ARGV[7])) or now - tick > tonumber(ARGV[10])
+if ARGV[6] == 'skip' and missed then
+  return {0, 'skipped', ignored}
 end
 
 local now_text = string.format('%d.%06d', tonumber(time[1]), tonumber(time[2]))
@@ -56,7 +71,11 @@ redis.call('HSET', KEYS[1],
   'last_enqueue_time', ARGV[9],
   'jobsapp_last_enqueued_at', now_text,
   'jobsapp_last_jid', ARGV[5])
-redis.call('HINCRBY', KEYS[1], 'jobsapp_enqueued_count', 1)
+local count = tonumber(redis.call('HGET', KEYS[1], 'jobsapp_enqueued_count') or '0')
+if not count or count ~= count or count < 0 or count >= 9007199254740992 then
+  count = 0
+end
+redis.call('HSET', KEYS[1], 'jobsapp_enqueued_count', string.format('%d', math.floor(count) + 1))
 redis.call('LPUSH', KEYS[3], cjson.encode({jid = ARGV[5], enqueued = ARGV[2]}))
 redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[8]) - 1)
-return {1, 'enqueued'}
+return {1, 'enqueued', ignored}

@@ -48,3 +48,29 @@ def test_dashboard_page_and_actions_behind_staff_and_csrf(django_user_model, red
     # and the metrics show it
     metrics = staff.get(reverse("jobsapp:metrics")).content.decode()
     assert 'jobs_periodic_enabled{name="report"} 0.0' in metrics
+
+
+@pytest.mark.django_db
+def test_the_page_and_the_metrics_show_a_malformed_entry_instead_of_failing(admin_client, redis):
+    # Given a job of ours whose hash another client broke (inf, nan, 400 digits) and a
+    # cron_jobs member holding a string
+    periodic.register(get_redis(), periodic.build("report", {"class": "tests.testapp.jobs.Record", "every": 5}), server_now=server_now())
+    redis.hset(
+        "cron_job:report",
+        mapping={
+            "jobsapp_last_tick": "1e999",
+            "jobsapp_enqueued_count": "nan",
+            "jobsapp_last_enqueued_at": "inf",
+            "jobsapp_every": "9" * 400,
+        },
+    )
+    redis.sadd("cron_jobs", "cron_job:<i>text</i>")
+    redis.set("cron_job:<i>text</i>", "not a hash")
+    # When the page and the metrics are read
+    page = admin_client.get(reverse("jobsapp:periodic"))
+    metrics = admin_client.get(reverse("jobsapp:metrics"))
+    # Then both answer, the page marks both entries malformed, and the name is escaped
+    body = page.content.decode()
+    assert page.status_code == 200 and metrics.status_code == 200
+    assert body.count("data-malformed") == 2 and "jobsapp_every" in body
+    assert "&lt;i&gt;text&lt;/i&gt;" in body and "<i>text</i>" not in body

@@ -264,3 +264,106 @@ def test_a_host_whose_clock_runs_ahead_runs_no_tick_early(redis_server, redis):
     assert ticks and max(ticks) <= now
     ran, queued = redis.llen(RAN_KEY), redis.llen("queue:default")
     assert 2 <= ran <= 4 and ran + queued == len(ticks)
+
+
+def test_check_reports_every_bad_entry_and_a_cron_that_can_never_fire(settings):
+    from jobsapp.checks import check_periodic
+
+    # Given three entries: 30 February (a valid cron no date matches), 31 April, and a good one
+    settings.JOBSAPP = {
+        **settings.JOBSAPP,
+        "PERIODIC": {
+            "leap": {"class": RECORD, "cron": "0 2 30 2 *"},
+            "april": {"class": RECORD, "cron": "0 2 31 4 *"},
+            "fine": {"class": RECORD, "every": 5},
+        },
+    }
+    # When the system check runs
+    errors = check_periodic()
+    # Then each bad entry has its own error saying it can never fire, and the good one none
+    assert [error.id for error in errors] == ["jobsapp.E010", "jobsapp.E010"]
+    assert "'leap'" in errors[0].msg and "can never fire" in errors[0].msg
+    assert "'april'" in errors[1].msg and "can never fire" in errors[1].msg
+
+
+def hostile_hash(redis, name: str) -> None:
+    """A cron_job hash of ours whose numbers another client broke."""
+    redis.hset(
+        f"cron_job:{name}",
+        mapping={
+            "jobsapp_last_tick": "1e999",
+            "jobsapp_enqueued_count": "nan",
+            "jobsapp_last_enqueued_at": "inf",
+            "jobsapp_last_finished_at": "9" * 400,
+            "last_enqueue_time": "-inf",
+        },
+    )
+
+
+def test_one_broken_entry_is_logged_once_and_skipped_while_the_others_keep_their_ticks(redis, caplog):
+    # Given three entries ticked by one process: a cron no date matches (it got past the check),
+    # a good job every second, and a good job whose hash another client broke (inf, nan, 400 digits)
+    impossible = periodic.Definition(name="leap", job_class=definition(every=1).job_class, cron="0 2 30 2 *")
+    good, hostile = definition(name="good", every=1), definition(name="hostile", every=1)
+    now = server_now()
+    scheduler = periodic.PeriodicScheduler(client=get_redis(), jobs=[impossible, good, hostile])
+    for job in (good, hostile):
+        periodic.register(get_redis(), job, server_now=now - 1)
+    hostile_hash(redis, "hostile")
+    # When the scheduler polls over three seconds
+    with caplog.at_level("INFO", logger="jobsapp.periodic"):
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            time.sleep(min(scheduler.poll_once(), 0.5))
+    # Then the good jobs ran about once a second, the broken hash was repaired on its first claim
+    pushed = [json.loads(raw)["periodic"] for raw in redis.lrange("queue:default", 0, -1)]
+    assert 2 <= pushed.count("good") <= 5, pushed
+    assert 2 <= pushed.count("hostile") <= 5, pushed
+    assert float(redis.hget("cron_job:hostile", "jobsapp_last_tick")) <= server_now()
+    assert int(redis.hget("cron_job:hostile", "jobsapp_enqueued_count")) == pushed.count("hostile")
+    # and each problem was logged once, not once per poll
+    messages = [record.getMessage() for record in caplog.records]
+    assert len([text for text in messages if text.startswith("periodic leap: skipped")]) == 1, messages
+    assert len([text for text in messages if "'1e999', not a past tick" in text]) == 1, messages
+
+
+def test_a_malformed_hash_is_listed_as_malformed_by_the_api_and_the_cli(redis):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    # Given a registered job whose hash another client broke, and a cron_jobs member that is a string
+    periodic.register(get_redis(), definition(every=30), server_now=server_now())
+    hostile_hash(redis, "report")
+    redis.hset("cron_job:report", "jobsapp_every", "1" + "0" * 399)
+    redis.sadd("cron_jobs", "cron_job:text")
+    redis.set("cron_job:text", "not a hash")
+    # When the API and the CLI list them
+    jobs = {job.name: job for job in api.PeriodicSet.all()}
+    as_json, as_table = StringIO(), StringIO()
+    call_command("jobs", "periodic", "--json", stdout=as_json)
+    call_command("jobs", "periodic", stdout=as_table)
+    # Then both entries are listed, marked malformed, with no time read from the broken fields
+    report = jobs["report"]
+    assert set(report.malformed) >= {"jobsapp_last_tick", "jobsapp_enqueued_count", "jobsapp_last_enqueued_at", "jobsapp_every"}
+    assert report.last_enqueued_at is None and report.last_finished_at is None and report.next_run_at is None
+    assert report.enqueued_count == 0
+    assert jobs["text"].malformed == ["the key is not a hash"]
+    text = as_json.getvalue()
+    listed, _ = json.JSONDecoder().raw_decode(text[text.index("[") :])
+    assert {entry["name"]: bool(entry["malformed"]) for entry in listed} == {"report": True, "text": True}
+    assert "malformed: " in as_table.getvalue()
+
+
+@pytest.mark.parametrize(("registered_ago", "outcome"), [(1, "enqueued"), (60, "skipped")])
+def test_a_short_interval_tick_after_missed_ticks_is_skipped_with_missed_skip(redis, registered_ago, outcome):
+    # Given a job every second with "missed": "skip", whose last claimed tick is the one just
+    # before the latest (no tick missed) or a minute old (the workers were down: 59 ticks missed)
+    job = definition(every=1, missed="skip")
+    now = server_now()
+    periodic.register(get_redis(), job, server_now=now - registered_ago)
+    # When the latest tick is claimed (it is less than a second late)
+    claimed = periodic.claim(get_redis(), job, job.previous_tick(now), created_at=now)
+    # Then it runs when no tick was missed, and is skipped after missed ticks
+    assert claimed[1] == outcome
+    assert redis.llen("queue:default") == (1 if outcome == "enqueued" else 0)

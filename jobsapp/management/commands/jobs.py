@@ -364,6 +364,7 @@ class Command(BaseCommand):
                     "last_enqueued_at": job.last_enqueued_at,
                     "next_run_at": job.next_run_at,
                     "last_outcome": job.last_outcome or None,
+                    "malformed": job.malformed,
                 }
                 for job in jobs
             ]
@@ -373,7 +374,7 @@ class Command(BaseCommand):
                     job.job_class,
                     job.schedule,
                     job.queue,
-                    "enabled" if job.enabled else "disabled",
+                    ("malformed: " + ", ".join(job.malformed)) if job.malformed else "enabled" if job.enabled else "disabled",
                     _iso(job.last_enqueued_at),
                     _iso(job.next_run_at),
                     job.last_outcome,
