@@ -13,7 +13,9 @@ reliable (basic) an ack only counts, so after each wake-up the acker also lets j
 they keep finishing, up to ``COUNT_ONLY_GATHER_SECONDS``, and sends once none has finished for
 ``COUNT_ONLY_PAUSE_SECONDS`` (the stats lag by at most the first while jobs run, the second after).
 
-When Redis is away or refuses, the batch is resent as it was, with the same token, so
+With Redis full (maxmemory reached, OOM) the jobs still leave the in-flight list (``ack.lua``
+removes before it writes anything Redis would refuse); only the counts wait, and ride with the
+next batch. When Redis is away or refuses otherwise, the batch is resent as it was, with the same token, so
 ``ack.lua`` applies it once (the counters are not added twice when only the reply was lost);
 the jobs stay in the in-flight list meanwhile (safe: at worst they run again after a crash).
 At a hard stop during an outage the acker gives up: those finished jobs stay in flight and run
@@ -27,6 +29,8 @@ import logging
 import os
 import threading
 import time
+
+import redis
 
 from .backoff import Backoff
 from .fetch import Fetch, UnitOfWork
@@ -47,6 +51,10 @@ COUNT_ONLY_GATHER_SECONDS = 1.0
 #: ...and sends as soon as no job has finished for this long (the end of a burst is counted
 #: within milliseconds; stop sends what is left at once).
 COUNT_ONLY_PAUSE_SECONDS = 0.005
+
+#: With Redis full, the longest pause before the next ack once the counters were refused (the
+#: jobs of the refused batch are out of flight already; those finishing meanwhile wait this long).
+COUNTS_REFUSED_CAP_SECONDS = 1.0
 
 #: How long ``stop`` waits for the last batch to reach Redis.
 STOP_JOIN_SECONDS = 10.0
@@ -135,6 +143,7 @@ class Acker:
 
     def _run(self) -> None:
         backoff = Backoff("ack", logger=logger)
+        counts_backoff = Backoff("ack counts", logger=logger, cap_seconds=COUNTS_REFUSED_CAP_SECONDS)
         # a batch whose reply was not seen (Redis may have applied it) is resent as it was, with
         # its token, so ack.lua can tell and the stats are not counted twice
         unsent: tuple[list[UnitOfWork], list[str], int, int, str] | None = None
@@ -146,7 +155,9 @@ class Acker:
                 unsent = (*batch, os.urandom(8).hex())
             units, jids, processed, failed, token = unsent
             try:
-                self.fetch.acknowledge(units, jids, processed=processed, failed=failed, today=dt.datetime.now(dt.UTC).date(), token=token)
+                acknowledged = self.fetch.acknowledge(
+                    units, jids, processed=processed, failed=failed, today=dt.datetime.now(dt.UTC).date(), token=token
+                )
             except Exception as exc:  # noqa: BLE001  # Redis away or refusing, or a bug: resent as it was, the acker lives on
                 with self._lock:
                     stopping = self._stopping and self.stop_event.is_set()
@@ -160,6 +171,21 @@ class Acker:
             unsent = None
             with self._lock:
                 self._sending = []
+                stopping = self._stopping
+                if not acknowledged.counted and not stopping:
+                    # Redis is full: the jobs are out of flight, but their counts were refused;
+                    # they ride with the next batch (sent once Redis takes writes again)
+                    self._processed += processed
+                    self._failed += failed
             backoff.succeeded()
+            if not acknowledged.counted:
+                if stopping:
+                    logger.error("ack: Redis refuses writes at shutdown; %d processed jobs were not counted", processed)
+                    processed = failed = 0
+                else:
+                    # the next batch waits a little (capped at a second) instead of spinning on a full Redis
+                    time.sleep(counts_backoff.failed(redis.exceptions.OutOfMemoryError("stats counters refused: Redis is full")))
+                    continue
+            counts_backoff.succeeded()
             self.processed_total += processed
             self.failed_total += failed

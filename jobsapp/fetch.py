@@ -34,6 +34,7 @@ import redis
 from . import keys, scripts
 from .connection import as_bytes, as_text
 from .pop_connection import PopConnection, pack_command
+from .scripts import Acknowledged
 
 #: Daily stats counters live five years, as Sidekiq's.
 DAILY_STATS_TTL_SECONDS = 5 * 365 * 24 * 3600
@@ -131,7 +132,7 @@ class Fetch(Protocol):
 
     def acknowledge(
         self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date, token: str = ""
-    ) -> int: ...
+    ) -> Acknowledged: ...
 
     def requeue(self, units: list[UnitOfWork]) -> int: ...
 
@@ -153,20 +154,18 @@ def _ack(
     *,
     token_key: str = "",
     token: str = "",
-) -> int:
-    return int(
-        scripts.ack(
-            client,
-            inflight_key=inflight_key,
-            raws=[unit.raw for unit in units],
-            jids=jids,
-            processed=processed,
-            failed=failed,
-            today=today,
-            daily_ttl_seconds=DAILY_STATS_TTL_SECONDS,
-            token_key=token_key,
-            token=token,
-        )
+) -> Acknowledged:
+    return scripts.ack(
+        client,
+        inflight_key=inflight_key,
+        raws=[unit.raw for unit in units],
+        jids=jids,
+        processed=processed,
+        failed=failed,
+        today=today,
+        daily_ttl_seconds=DAILY_STATS_TTL_SECONDS,
+        token_key=token_key,
+        token=token,
     )
 
 
@@ -373,7 +372,9 @@ class ReliableFetch(_Interruptible):
         """Jobs the queue waiters moved in flight but did not hand over yet."""
         return self._waiters.collect()
 
-    def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date, token: str = "") -> int:
+    def acknowledge(
+        self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date, token: str = ""
+    ) -> Acknowledged:
         """Ack a batch; a batch resent after a lost reply carries the same ``token`` and is not
         counted twice."""
         return _ack(
@@ -518,7 +519,9 @@ class BasicFetch:
             except (redis.RedisError, OSError):  # nothing blocked, or Redis away: the block times out anyway
                 pass
 
-    def acknowledge(self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date, token: str = "") -> int:
+    def acknowledge(
+        self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date, token: str = ""
+    ) -> Acknowledged:
         return _ack(self.client, "", [], [], processed, failed, today)
 
     def listed_in_flight(self) -> list[bytes]:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from redis.commands.core import Script
@@ -240,8 +240,16 @@ def fetch(client: Client, *, inflight_key: str, queue_names: Sequence[str], coun
     return script("fetch")(client, [inflight_key, keys.PAUSED, *[keys.queue(name) for name in queue_names]], [count, *queue_names])
 
 
+class Acknowledged(NamedTuple):
+    """``ack.lua``'s reply: how many jobs were still in flight (and are no longer), and whether
+    the stats counters were added (False: Redis refused the write, full; send them again)."""
+
+    removed: int
+    counted: bool
+
+
 def ack(
-    client: Client,
+    client: redis.Redis,
     *,
     inflight_key: str,
     raws: Sequence[bytes],
@@ -252,10 +260,9 @@ def ack(
     daily_ttl_seconds: int,
     token_key: str = "",
     token: str = "",
-) -> Any:
-    """``ack.lua``: remove ``raws`` from ``inflight_key`` and count them (once per ``token``);
-    how many were still in flight."""
-    return script("ack")(
+) -> Acknowledged:
+    """``ack.lua``: remove ``raws`` from ``inflight_key`` and count them (once per ``token``)."""
+    removed, counted = script("ack")(
         client,
         [
             inflight_key,
@@ -268,6 +275,7 @@ def ack(
         ],
         [processed, failed, daily_ttl_seconds, len(raws), *raws, *jids, token],
     )
+    return Acknowledged(int(removed), bool(counted))
 
 
 def requeue(client: Client, *, inflight_key: str, jobs: Sequence[tuple[bytes, str]]) -> Any:

@@ -18,10 +18,10 @@ import pytest
 import redis
 from django.test import Client
 
-from jobsapp import RedisUnavailable, client, connection
+from jobsapp import RedisUnavailable, client, connection, keys
 from tests.redis_server import RedisServer
 from tests.testapp.jobs import Noop
-from tests.workers import WorkerProcess
+from tests.workers import WorkerProcess, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -138,6 +138,30 @@ def test_a_running_worker_logs_a_refusing_redis_once_per_outage_and_resumes(tiny
         output = worker.output
     warnings = [line for line in output.splitlines() if "WARNING" in line and "fetch: Redis" in line]
     assert len(warnings) == 1, output[-3000:]
+
+
+@pytest.mark.slow
+def test_a_full_redis_still_takes_finished_jobs_out_of_flight(tiny_redis):
+    # Given a running worker, 50 jobs waiting in a paused queue, and Redis at maxmemory
+    raw = tiny_redis.client()
+    raw.sadd(keys.PAUSED, "default")
+    raw.lpush("queue:default", *[json.dumps({"class": Noop.wire_name(), "args": [], "jid": f"{index:024x}"}) for index in range(50)])
+    with WorkerProcess(["-c", "5"], redis_url=tiny_redis.url) as worker:
+        inflight = keys.inflight(worker.identity)
+        fill(tiny_redis)
+        # When the queue is resumed (SREM frees memory, Redis allows it) and the worker runs them
+        raw.srem(keys.PAUSED, "default")
+        # Then every finished job leaves the in-flight list although Redis still refuses writes
+        # (otherwise each would run again when the process restarts)
+        wait_until(lambda: raw.llen("queue:default") == 0, timeout_seconds=20, message="the queue is drained")
+        wait_until(lambda: raw.llen(inflight) == 0, timeout_seconds=20, message="no finished job is left in flight")
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            raw.set("probe", "x" * 1000)
+        # and their counts, refused meanwhile, are added once Redis takes writes again
+        raw.config_set("maxmemory", 0)
+        wait_until(lambda: raw.get("stat:processed") == b"50", timeout_seconds=20, message="the 50 jobs are counted")
+        output = worker.output
+    assert "Traceback" not in output, output[-3000:]
 
 
 def test_a_push_to_redis_that_cannot_save_raises_redis_unavailable(tiny_redis):

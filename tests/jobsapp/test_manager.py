@@ -26,6 +26,7 @@ from jobsapp.heartbeat import new_identity
 from jobsapp.manager import Manager
 from jobsapp.processor import Processor, Result
 from jobsapp.retry import RetryPolicy
+from jobsapp.scripts import Acknowledged
 from tests.testapp.jobs import RAN_KEY, AsyncNap, Hold, Noop, Record, gate, open_every_gate
 from tests.workers import wait_until
 
@@ -130,7 +131,7 @@ class AckGate(ReliableFetch):
         self.first_ack_waiting = threading.Event()
         self.batch_sizes: list[int] = []
 
-    def acknowledge(self, units, jids, **kwargs) -> int:
+    def acknowledge(self, units, jids, **kwargs) -> Acknowledged:
         if not self.batch_sizes:
             self.first_ack_waiting.set()
             self.first_ack_may_go.wait(GENEROUS_SECONDS)
