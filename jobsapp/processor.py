@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
 
-from . import aio, batch, expiry, faults, limiter, periodic, registry, timeouts, unique
+from . import aio, batch, expiry, faults, limiter, logs, periodic, registry, timeouts, unique
 from .conf import jobs_settings
 from .connection import REDIS_ERRORS
 from .error_fields import safe_message
@@ -251,7 +251,8 @@ class Processor:
                 call_perform = self.quarantine.wrap(jid, call_perform)
             if self.queue_limits and unit.queue in self.queue_limits:
                 call_perform = limiter.within(limiter.queue_limiter(unit.queue, self.queue_limits[unit.queue]), call_perform)
-            run_server_chain(job, item, unit.queue, call_perform)
+            with logs.job_context(class_name=class_name, jid=jid):  # users' log lines name their job
+                run_server_chain(job, item, unit.queue, call_perform)
         except NoRetryError as exc:
             # acked and counted failed; no retry, no dead set (the job said so)
             elapsed = time.monotonic() - started

@@ -28,7 +28,7 @@ def unconfigured(monkeypatch):
     """Call it first: no handler anywhere above the jobsapp loggers (pytest adds its capture
     handlers to the root logger only once the test runs, after the fixtures)."""
     jobsapp_logger = logging.getLogger("jobsapp")
-    level = jobsapp_logger.level
+    level, root_level = jobsapp_logger.level, logging.getLogger().level
 
     def clear() -> None:
         monkeypatch.setattr(logging.getLogger(), "handlers", [])
@@ -36,9 +36,10 @@ def unconfigured(monkeypatch):
 
     yield clear
     if logs._installed is not None:
-        jobsapp_logger.removeHandler(logs._installed)
+        logging.getLogger().removeHandler(logs._installed)
         logs._installed = None
     jobsapp_logger.setLevel(level)
+    logging.getLogger().setLevel(root_level)
 
 
 def test_an_unconfigured_project_gets_a_handler_with_time_pid_thread_and_level(unconfigured):
@@ -133,3 +134,48 @@ def test_one_ctrl_c_delivered_twice_does_not_hurry_but_a_second_one_does():
     process.on_signal("TERM")
     process._handle_pending_signals()
     assert process.hurry_requested.is_set()
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_records_of_any_logger_made_inside_a_job_carry_its_class_and_jid(unconfigured, log_format):
+    # Given runworkers' handler in a project without logging configuration
+    unconfigured()
+    stream = io.StringIO()
+    logs.configure(log_format=log_format, stream=stream)
+    # When a user's own logger logs inside a job's context, and outside any job
+    with logs.job_context(class_name="app.jobs.Charge", jid="0123456789abcdef01234567"):
+        logging.getLogger("app.billing").info("charged %s", "bob")
+    logging.getLogger("app.billing").info("between jobs")
+    inside, outside = stream.getvalue().splitlines()
+    # Then the line made inside names the job, the other does not
+    if log_format == "json":
+        assert json.loads(inside)["job_class"] == "app.jobs.Charge" and json.loads(inside)["jid"] == "0123456789abcdef01234567"
+        assert json.loads(inside)["message"] == "charged bob" and "jid" not in json.loads(outside)
+    else:
+        assert inside.endswith("INFO app.billing: class=app.jobs.Charge jid=0123456789abcdef01234567 charged bob"), inside
+        assert outside.endswith("INFO app.billing: between jobs"), outside
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_job_logging_through_its_own_logger_names_its_class_and_jid_in_the_worker_output(redis_server, redis, log_format):
+    from tests.testapp.jobs import LogsThroughItsOwnLogger
+
+    # Given a worker in a project without logging configuration, in text or JSON
+    with WorkerProcess(
+        ["-c", "2", "--log-format", log_format],
+        env={"DJANGO_SETTINGS_MODULE": "tests.settings_unconfigured_logging"},
+        redis_url=redis_server.url,
+    ) as worker:
+        # When a job logs through its own logger
+        jid = LogsThroughItsOwnLogger.perform_async("bob")
+        wait_until(lambda: "charged bob" in worker.output, message="the job logged")
+        output = worker.output
+    # Then its line carries the job's class and jid
+    (line,) = [line for line in output.splitlines() if "charged bob" in line]
+    class_name = "tests.testapp.jobs.LogsThroughItsOwnLogger"
+    if log_format == "json":
+        document = json.loads(line)
+        assert (document["logger"], document["job_class"], document["jid"]) == ("tests.testapp.billing", class_name, jid)
+    else:
+        assert line.endswith(f"INFO tests.testapp.billing: class={class_name} jid={jid} charged bob"), line

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from jobsapp import Job, sidekiq_options
 
 
@@ -412,3 +414,10 @@ class Hold(Job):
         if fail:
             raise RuntimeError(f"{value} failed after its gate opened")
         get_redis().rpush(RAN_KEY, value)
+
+
+class LogsThroughItsOwnLogger(Job):
+    """Logs a line through a logger of its own (not jobsapp's), as users' jobs do."""
+
+    def perform(self, text):
+        logging.getLogger("tests.testapp.billing").info("charged %s", text)
