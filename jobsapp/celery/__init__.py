@@ -11,7 +11,7 @@
 
 Tasks live in an app's ``tasks.py`` (autodiscovered) and are registered as jobs when defined,
 under their Celery name (``module.function`` unless ``name=`` says otherwise); results come from
-the engine's result store. What Celery has and this does not is in the README's table: such
+the engine's result store. What Celery has and this does not is in docs/celery.md's table: such
 options are accepted with a one-time ``RuntimeWarning``, or refused with ``TypeError``.
 """
 

@@ -42,7 +42,7 @@ class Celery:
     task = staticmethod(shared_task)
 
     def config_from_object(self, obj: Any, silent: bool = False, force: bool = False, namespace: str | None = None) -> None:
-        warn_unsupported("config_from_object", "Celery settings are not read: see the README's migration guide")
+        warn_unsupported("config_from_object", "Celery settings are not read: see docs/celery.md's migration guide")
 
     def autodiscover_tasks(self, packages: Any = None, related_name: str = "tasks", force: bool = False) -> None:
         """Nothing to do: jobsapp imports every installed app's ``tasks.py`` at start-up."""

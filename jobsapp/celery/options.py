@@ -1,6 +1,6 @@
 """Celery options this layer accepts but does not honour: each warns once per process.
 
-The README's table lists them with the reason. Options that would change what runs or when
+docs/celery.md's table lists them with the reason. Options that would change what runs or when
 (and cannot be honoured) are refused with TypeError instead, by the callers.
 """
 
