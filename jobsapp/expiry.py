@@ -8,14 +8,17 @@ A job that has not *started* by its expiry is never run. The payload field is Pr
   a Ruby Sidekiq Pro worker reads the field the same way (both directions).
 - when fetched (``processor``, before the class is looked up, before any middleware or
   ``perform``): past ``expires_at`` the job is acknowledged and dropped, one warning is logged,
-  ``jobsapp:stat:expired`` and its daily counter are incremented (it also counts as processed, as
-  Sidekiq Pro counts it), and server middleware hears ``on_dead(reason=DeadReason.EXPIRED)`` with
-  no exception. A unique job's lock is released; a batch counts it as succeeded (Pro's rule).
+  ``jobsapp:stat:expired`` and its daily counter are incremented (``count``; it also counts as
+  processed, as Sidekiq Pro counts it), server middleware hears
+  ``on_dead(reason=DeadReason.EXPIRED)`` with no exception, and the "job ended" door
+  (``jobsapp.ending``) settles its features: a unique job's lock is released, a batch counts it
+  as succeeded (Pro's rule), a retained record says failed with reason ``expired``.
 - ``expires_at`` is absolute: a retry due after it is dropped the same way when fetched.
 
 Jobs without ``expires_at`` cost one dict lookup in the processor. No thread of its own; the
-counters are written by the processor thread that dropped the job (a Redis error there is logged:
-the job is dropped anyway, uncounted).
+counters are written by the processor thread that dropped the job (a Redis error there is logged
+by the processor: the job is dropped anyway, uncounted). This module decides and counts; the
+processor drops.
 """
 
 from __future__ import annotations
@@ -26,10 +29,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import batch, keys, registry, unique
-from .connection import CONNECTION_ERRORS
-from .middleware import notify
-from .outcomes import DeadReason
+from . import keys
 from .payload import Item, timestamp_seconds
 
 if TYPE_CHECKING:
@@ -79,28 +79,3 @@ def count(client: redis.Redis, *, today: dt.date) -> None:
     pipe.incr(daily)
     pipe.expire(daily, DAILY_TTL_SECONDS)
     pipe.execute()
-
-
-def drop(client: redis.Redis, item: Item, *, queue: str, now: float) -> None:
-    """Everything but the ack for an expired job (the processor acknowledges it): log, count,
-    tell middleware, release its unique lock, count it in its batch. Never runs any of its code."""
-    class_name = item.get("class")
-    expires_at = timestamp_seconds(item.get(EXPIRES_AT_KEY)) or now
-    logger.warning(
-        "class=%s jid=%s queue=%s expired %.1f s ago (expires_in=%s): dropped, not run",
-        class_name,
-        item.get("jid"),
-        queue,
-        now - expires_at,
-        item.get(EXPIRES_IN_KEY),
-    )
-    try:
-        count(client, today=dt.datetime.fromtimestamp(now, dt.UTC).date())
-    except CONNECTION_ERRORS as exc:  # the job is dropped all the same; only the count is lost
-        logger.warning("jid=%s expired job not counted (%s)", item.get("jid"), exc)
-    job_class = registry.lookup(class_name) if isinstance(class_name, str) and registry.is_registered(class_name) else None
-    notify("on_dead", job_class, item, None, reason=DeadReason.EXPIRED)
-    if unique.DIGEST_KEY in item:  # done for good: the next push of it may enqueue
-        unique.release(client, item, moment="success")
-    if batch.BATCH_KEY in item:  # Sidekiq Pro: an expired job counts as a success in its batch
-        batch.job_finished(client, item, succeeded=True)

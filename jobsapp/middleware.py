@@ -230,28 +230,15 @@ def _run_chain(job: Job, item: Item, queue: str, final: Callable[[], Any]) -> An
 def notify(hook: str, *args: Any, **kwargs: Any) -> None:
     """Call ``hook`` on every server middleware; a hook that raises is logged and ignored.
 
-    The outcome of a job pushed with ``retain`` is recorded first (``jobsapp.results``)."""
-    if hook in ("on_retry", "on_dead") and len(args) > 1 and isinstance(args[1], dict) and "retain" in args[1]:
-        _record_outcome(hook, *args, **kwargs)
-    elif hook == "on_requeue" and args and isinstance(args[0], dict) and "retain" in args[0]:
+    A job pushed with ``retain`` that goes back to its queue is first recorded as queued again
+    (``jobsapp.results``); its outcomes are recorded by the "job ended" door (``jobsapp.ending``)."""
+    if hook == "on_requeue" and args and isinstance(args[0], dict) and "retain" in args[0]:
         _record_requeue(args[0])
     for middleware in server_chain().instances():
         try:
             getattr(middleware, hook)(*args, **kwargs)
         except Exception:  # the job's fate is already decided; a failing hook must not change it
             logger.exception("server middleware %s.%s failed", type(middleware).__name__, hook)
-
-
-def _record_outcome(hook: str, job_class: Any, item: Item, exception: BaseException | None, **kwargs: Any) -> None:
-    from .result_writer import recorder
-
-    try:
-        if hook == "on_retry":
-            recorder.on_retry(item, exception or Exception("unknown"), retry_count=kwargs["retry_count"], run_at=kwargs["run_at"])
-        else:
-            recorder.on_dead(item, exception, reason=kwargs.get("reason", ""))
-    except Exception:  # the job's fate is already decided; a record that fails must not change it
-        logger.exception("recording the outcome of job %s failed", item.get("jid"))
 
 
 def _record_requeue(item: Item) -> None:

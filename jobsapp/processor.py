@@ -33,25 +33,28 @@ line at start and one at the end of each job.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
 
-from . import aio, batch, expiry, faults, limiter, logs, periodic, registry, timeouts, unique
+from . import aio, ending, expiry, faults, limiter, logs, registry, timeouts, unique
 from .conf import jobs_settings
-from .connection import REDIS_ERRORS
+from .connection import CONNECTION_ERRORS, REDIS_ERRORS
+from .ending import Fate
 from .error_fields import safe_message
 from .errors import JobTimeout, MalformedPayload, NoRetryError, UnknownJobClass
 from .middleware import notify, run_server_chain
 from .outcomes import DeadReason, OutcomeKind, RequeueReason
-from .payload import RECOVERED_KEY, Item, decode, malformed_item, now
+from .payload import RECOVERED_KEY, Item, decode, malformed_item, now, timestamp_seconds
 
 if TYPE_CHECKING:
     from .fetch import UnitOfWork
@@ -146,9 +149,14 @@ class Processor:
 
     def _bury_malformed(self, unit: UnitOfWork, reason: str, exception: BaseException, started: float) -> Result:
         """File ``unit`` in the dead set wrapped as malformed (its raw text kept, so Sidekiq's Web
-        UI can still list it) with ``reason``; never acknowledged: filing removes it from flight."""
+        UI can still list it) with ``reason``; never acknowledged: filing removes it from flight.
+        When the raw text still decodes (a job its failure path could not handle), its features
+        hear that it ended (``jobsapp.ending``)."""
         wrapped = malformed_item(unit.raw, unit.queue, reason)
-        self.policy.bury(unit, wrapped, exception, reason=DeadReason.MALFORMED)
+        outcome = self.policy.bury(unit, wrapped, exception, reason=DeadReason.MALFORMED)
+        original = _decoded_or_none(unit.raw)
+        if original is not None and outcome.kind == OutcomeKind.DEAD:
+            ending.finish(self.policy.client, original, Fate.DEAD, error=exception, reason=DeadReason.MALFORMED)
         return Result(
             jid=wrapped["jid"],
             acknowledge=False,
@@ -159,8 +167,9 @@ class Processor:
 
     def _file_stuck(self, unit: UnitOfWork, item: Item, job_class: type[Job], timeout: float) -> None:
         """The watchdog's hard limit: the job ignored JobTimeout (a blocking call) and its process
-        is about to stop. It goes to the retry set (or dead) like any failure; its own thread, if it
-        ever returns, then finds it no longer in flight and files nothing."""
+        is about to stop. It goes to the retry set (or dead) like any failure, and its features
+        hear it (a retry keeps its unique lock, dead releases it); its own thread, if it ever
+        returns, then finds it no longer in flight and files nothing."""
         hard_limit = self.watchdog.hard_limit_seconds or 0.0
         exception = JobTimeout(
             f"the job ran past its timeout of {timeout:g} s and was still running {hard_limit:g} s later "
@@ -168,154 +177,248 @@ class Processor:
         )
         outcome = self.policy.handle(unit, item, job_class, exception)
         self.filed_stuck.append(unit)
-        if unique.DIGEST_KEY in item and outcome.kind in (OutcomeKind.DEAD, OutcomeKind.DISCARDED):  # a retry keeps the lock
-            unique.release(self.policy.client, item, moment="success")
+        ending.finish_outcome(self.policy.client, item, outcome, error=exception)
         jid = item.get("jid")
         logger.error("class=%s jid=%s queue=%s stuck past the hard limit (%s)", item.get("class"), jid, unit.queue, outcome.kind)
 
+    # --- admit -> run -> one handler per outcome (asynq's processor.go) -------------------
+
     def _process(self, unit: UnitOfWork, started: float) -> Result | None:
+        admitted = self._admit(unit, started)
+        if not isinstance(admitted, _Admitted):
+            return admitted
+        return self._run(admitted)
+
+    def _admit(self, unit: UnitOfWork, started: float) -> _Admitted | Result | None:
+        """Decode and look the job up; a Result when it ends here (malformed, expired, unknown or
+        hostile class), None when it is handed to the async lane."""
         try:
             item = decode(unit.raw)
         except MalformedPayload as exc:
             logger.error("queue=%s malformed job sent to the dead set: %s", unit.queue, exc)
             return self._bury_malformed(unit, str(exc), exc, started)
         jid = item.get("jid")
-        jid = jid if isinstance(jid, str) else ""
-        class_name = item["class"]
+        job = _Admitted(unit=unit, item=item, jid=jid if isinstance(jid, str) else "", class_name=item["class"], started=started)
         if expiry.EXPIRES_AT_KEY in item and expiry.is_expired(item, now()):  # dropped unrun, acked, counted processed
-            expiry.drop(self.policy.client, item, queue=unit.queue, now=now())
-            return Result(jid=jid, acknowledge=True, failed=False, job_class=class_name[:200], elapsed_seconds=time.monotonic() - started)
+            return self._on_expired(job)
         try:
-            job_class = registry.lookup(class_name)
+            job.job_class = registry.lookup(job.class_name)
         except UnknownJobClass:
-            if not looks_like_class_name(class_name):
-                # dead: not a name any job could have (empty, "__import__('os')...", a path); nothing is imported
-                not_a_name = UnknownJobClass(f"{class_name[:200]!r} is not a job class name; nothing was imported or run")
-                logger.error("class=%r jid=%s queue=%s hostile job class name sent to the dead set", class_name[:200], jid, unit.queue)
-                self.policy.bury(unit, item, not_a_name, reason=DeadReason.UNKNOWN_CLASS)
-                return Result(
-                    jid=jid, acknowledge=False, failed=True, job_class=class_name[:200], elapsed_seconds=time.monotonic() - started
-                )
-            # retried as any failure (Sidekiq's NameError): a deploy where web servers know a
-            # class before the workers do heals itself; nothing is imported because a payload named it
-            unknown = UnknownJobClass(
-                f"{class_name[:200]!r} is not a registered job class in this worker; job classes are found in the "
-                "jobs.py (or tasks.py) module of each installed app (INSTALLED_APPS), so define it there and restart the workers. "
-                "Nothing was imported or run"
-            )
-            outcome = self.policy.handle(unit, item, None, unknown)
-            logger.error("class=%r jid=%s queue=%s unknown job class (%s)", class_name[:200], jid, unit.queue, outcome.kind)
-            return Result(
-                jid=jid,
-                acknowledge=outcome.kind == OutcomeKind.DISCARDED,
-                failed=True,
-                job_class=class_name[:200],
-                elapsed_seconds=time.monotonic() - started,
-            )
-        if job_class.is_async and self.async_lane is not None and aio.current_lane() is not self.async_lane:
+            if not looks_like_class_name(job.class_name):
+                return self._on_hostile_class_name(job)
+            return self._on_unknown_class(job)
+        if job.job_class.is_async and self.async_lane is not None and aio.current_lane() is not self.async_lane:
             return None  # handed to the async lane; decoded and looked up again there
+        return job
 
-        args = item.get("args", [])
-        kwargs = item.get("kwargs") or {}
-        if not isinstance(kwargs, dict):
-            kwargs = {}
+    def _run(self, admitted: _Admitted) -> Result:
+        """Run an admitted job through the server chain; its outcome goes to one handler."""
+        unit, item, jid, class_name = admitted.unit, admitted.item, admitted.jid, admitted.class_name
         if self.log_jobs:
-            logger.info(
-                "class=%s jid=%s queue=%s start",
-                class_name,
-                jid,
-                unit.queue,
-                extra={"job_class": class_name, "jid": jid, "queue": unit.queue},
-            )
+            fields = {"job_class": class_name, "jid": jid, "queue": unit.queue}
+            logger.info("class=%s jid=%s queue=%s start", class_name, jid, unit.queue, extra=fields)
         # ValueError on a garbled timeout: parked in the dead set (process), not run without its limit
         timeout = timeouts.timeout_seconds(item) if timeouts.TIMEOUT_KEY in item else None
         if unique.DIGEST_KEY in item:
             unique.release(self.policy.client, item, moment="start")
         checked_at = getattr(_connections, "checked_at", None)
-        if checked_at is None or started - checked_at >= CONNECTIONS_FRESH_SECONDS:
+        if checked_at is None or admitted.started - checked_at >= CONNECTIONS_FRESH_SECONDS:
             close_old_connections()
         try:
-            job = job_class()  # user code too (a job's __init__): its failure is the job's failure
+            job = admitted.job_class()  # user code too (a job's __init__): its failure is the job's failure
             job.jid = jid
             job.item = item
             job.queue = unit.queue
-            call_perform = lambda: job.perform(*args, **kwargs)  # noqa: E731
-            if job_class.is_async:  # innermost: the lane thread parks while the loop awaits the coroutine
-                call_perform = partial(aio.perform, call_perform, timeout_seconds=timeout)
-            elif timeout is not None:
-                stuck = partial(self._file_stuck, unit, item, job_class, timeout)
-                call_perform = self.watchdog.within(timeout, call_perform, on_stuck=stuck, class_name=class_name, jid=jid, queue=unit.queue)
-            if faults.POINT:
-                call_perform = faults.wrap("in_perform", call_perform)
-            if RECOVERED_KEY in item and self.quarantine is not None:
-                call_perform = self.quarantine.wrap(jid, call_perform)
-            if self.queue_limits and unit.queue in self.queue_limits:
-                call_perform = limiter.within(limiter.queue_limiter(unit.queue, self.queue_limits[unit.queue]), call_perform)
             with logs.job_context(class_name=class_name, jid=jid):  # users' log lines name their job
-                run_server_chain(job, item, unit.queue, call_perform)
+                run_server_chain(job, item, unit.queue, self._perform_call(admitted, job, timeout))
         except NoRetryError as exc:
-            # acked and counted failed; no retry, no dead set (the job said so)
-            elapsed = time.monotonic() - started
-            logger.warning("class=%s jid=%s queue=%s elapsed_ms=%.1f fail (no retry): %s", class_name, jid, unit.queue, elapsed * 1000, exc)
-            notify("on_dead", job_class, item, exc, reason=DeadReason.NO_RETRY)
-            if periodic.PERIODIC_KEY in item:
-                periodic.record_outcome(self.policy.client, item, error=exc, finished_at=now())
-            if unique.DIGEST_KEY in item:  # done for good: the next push of it may enqueue
-                unique.release(self.policy.client, item, moment="success")
-            if batch.BATCH_KEY in item:
-                batch.job_finished(self.policy.client, item, succeeded=False)
-            return Result(jid=jid, acknowledge=True, failed=True, job_class=class_name, elapsed_seconds=elapsed)
+            return self._on_no_retry(admitted, exc)
         except BaseException as exc:  # noqa: BLE001  # any failure of user code (even SystemExit): retried, dead or discarded
-            elapsed = time.monotonic() - started
             if isinstance(exc, limiter.OverLimit):
-                # back to the schedule set with backoff, acked in the same script: not a failure,
-                # not a retry (until MAX_RESCHEDULES: then it fails below like any exception)
-                run_at = limiter.reschedule(self.policy, unit, item, exc, rng=self.policy.rng)
-                if run_at is not None:
-                    notify("on_requeue", item, reason=RequeueReason.OVER_LIMIT)
-                    logger.info(
-                        "class=%s jid=%s queue=%s over limit %r: rescheduled in %.1f s",
-                        class_name,
-                        jid,
-                        unit.queue,
-                        exc.name,
-                        run_at - now(),
-                    )
-                    return Result(jid=jid, acknowledge=False, failed=False, job_class=class_name, elapsed_seconds=elapsed)
-            outcome = self.policy.handle(unit, item, job_class, exc)
-            logger.warning(
-                "class=%s jid=%s queue=%s elapsed_ms=%.1f fail (%s): %s: %s",
-                class_name,
-                jid,
-                unit.queue,
-                elapsed * 1000,
-                outcome.kind,
-                type(exc).__name__,
-                safe_message(exc)[:500],
-            )
-            if periodic.PERIODIC_KEY in item:
-                periodic.record_outcome(self.policy.client, item, error=exc, finished_at=now())
-            if unique.DIGEST_KEY in item and outcome.kind in (OutcomeKind.DEAD, OutcomeKind.DISCARDED):  # a retry keeps the lock
-                unique.release(self.policy.client, item, moment="success")
-            if batch.BATCH_KEY in item:  # a failed run counts as run once, retried or not
-                batch.job_finished(self.policy.client, item, succeeded=False)
-            return Result(
-                jid=jid, acknowledge=outcome.kind == OutcomeKind.DISCARDED, failed=True, job_class=class_name, elapsed_seconds=elapsed
-            )
+                rescheduled = self._on_over_limit(admitted, exc)
+                if rescheduled is not None:
+                    return rescheduled
+            return self._on_failure(admitted, exc)
         finally:
             close_old_connections()
             _connections.checked_at = time.monotonic()
+        return self._on_success(admitted)
+
+    def _perform_call(self, admitted: _Admitted, job: Job, timeout: float | None) -> Callable[[], Any]:
+        """The innermost step of the chain: ``perform`` under the job's timeout, quarantine and
+        queue limit."""
+        unit, item, jid = admitted.unit, admitted.item, admitted.jid
+        args = item.get("args", [])
+        kwargs = item.get("kwargs") or {}
+        if not isinstance(kwargs, dict):
+            kwargs = {}
+        call_perform: Callable[[], Any] = lambda: job.perform(*args, **kwargs)  # noqa: E731
+        if admitted.job_class.is_async:  # innermost: the lane thread parks while the loop awaits the coroutine
+            call_perform = partial(aio.perform, call_perform, timeout_seconds=timeout)
+        elif timeout is not None:
+            stuck = partial(self._file_stuck, unit, item, admitted.job_class, timeout)
+            call_perform = self.watchdog.within(
+                timeout, call_perform, on_stuck=stuck, class_name=admitted.class_name, jid=jid, queue=unit.queue
+            )
+        if faults.POINT:
+            call_perform = faults.wrap("in_perform", call_perform)
+        if RECOVERED_KEY in item and self.quarantine is not None:
+            call_perform = self.quarantine.wrap(jid, call_perform)
+        if self.queue_limits and unit.queue in self.queue_limits:
+            call_perform = limiter.within(limiter.queue_limiter(unit.queue, self.queue_limits[unit.queue]), call_perform)
+        return call_perform
+
+    # --- one handler per outcome ----------------------------------------------------------
+
+    def _on_success(self, admitted: _Admitted) -> Result:
+        """Perform returned: acknowledged, counted processed."""
         if faults.POINT:
             faults.reach("after_perform_before_ack")
-        if periodic.PERIODIC_KEY in item:
-            periodic.record_outcome(self.policy.client, item, error=None, finished_at=now())
-        if unique.DIGEST_KEY in item:
-            unique.release(self.policy.client, item, moment="success")
-        if batch.BATCH_KEY in item:
-            batch.job_finished(self.policy.client, item, succeeded=True)
-        elapsed = time.monotonic() - started
+        ending.finish(self.policy.client, admitted.item, Fate.SUCCEEDED)
+        elapsed = time.monotonic() - admitted.started
         if self.log_jobs:
+            unit, class_name, jid = admitted.unit, admitted.class_name, admitted.jid
             milliseconds = round(elapsed * 1000, 1)
             fields = {"job_class": class_name, "jid": jid, "queue": unit.queue, "elapsed_ms": milliseconds}
             logger.info("class=%s jid=%s queue=%s elapsed_ms=%.1f done", class_name, jid, unit.queue, milliseconds, extra=fields)
-        return Result(jid=jid, acknowledge=True, failed=False, job_class=class_name, elapsed_seconds=elapsed)
+        return admitted.result(acknowledge=True, failed=False)
+
+    def _on_no_retry(self, admitted: _Admitted, exc: NoRetryError) -> Result:
+        """The job raised NoRetryError: acked and counted failed; no retry, no dead set."""
+        unit, item = admitted.unit, admitted.item
+        elapsed_ms = (time.monotonic() - admitted.started) * 1000
+        logger.warning(
+            "class=%s jid=%s queue=%s elapsed_ms=%.1f fail (no retry): %s",
+            admitted.class_name,
+            admitted.jid,
+            unit.queue,
+            elapsed_ms,
+            exc,
+            exc_info=exc,
+            extra=admitted.log_fields(),
+        )
+        notify("on_dead", admitted.job_class, item, exc, reason=DeadReason.NO_RETRY)
+        ending.finish(self.policy.client, item, Fate.DISCARDED, error=exc, reason=DeadReason.NO_RETRY)
+        return admitted.result(acknowledge=True, failed=True)
+
+    def _on_over_limit(self, admitted: _Admitted, exc: limiter.OverLimit) -> Result | None:
+        """No slot in its limiter or queue: back to the schedule set with backoff, acked in the
+        same script; not a failure, not a retry, not an ending. None past MAX_RESCHEDULES (then
+        it fails like any exception)."""
+        unit, item = admitted.unit, admitted.item
+        run_at = limiter.reschedule(self.policy, unit, item, exc, rng=self.policy.rng)
+        if run_at is None:
+            return None
+        notify("on_requeue", item, reason=RequeueReason.OVER_LIMIT)
+        logger.info(
+            "class=%s jid=%s queue=%s over limit %r: rescheduled in %.1f s",
+            admitted.class_name,
+            admitted.jid,
+            unit.queue,
+            exc.name,
+            run_at - now(),
+        )
+        return admitted.result(acknowledge=False, failed=False)
+
+    def _on_failure(self, admitted: _Admitted, exc: BaseException) -> Result:
+        """Any other exception: the retry policy files it in retry or dead (or discards it)
+        atomically with its ack; logged at WARNING with its traceback."""
+        unit, item = admitted.unit, admitted.item
+        outcome = self.policy.handle(unit, item, admitted.job_class, exc)
+        elapsed_ms = (time.monotonic() - admitted.started) * 1000
+        logger.warning(
+            "class=%s jid=%s queue=%s elapsed_ms=%.1f fail (%s): %s: %s",
+            admitted.class_name,
+            admitted.jid,
+            unit.queue,
+            elapsed_ms,
+            outcome.kind,
+            type(exc).__name__,
+            safe_message(exc)[:500],
+            exc_info=exc,
+            extra=admitted.log_fields(),
+        )
+        ending.finish_outcome(self.policy.client, item, outcome, error=exc)
+        return admitted.result(acknowledge=outcome.kind == OutcomeKind.DISCARDED, failed=True)
+
+    def _on_expired(self, admitted: _Admitted) -> Result:
+        """Fetched past its ``expires_at`` (``jobsapp.expiry``): acknowledged and counted
+        processed and expired, never looked up or run."""
+        unit, item, timestamp = admitted.unit, admitted.item, now()
+        expires_at = timestamp_seconds(item.get(expiry.EXPIRES_AT_KEY)) or timestamp
+        expiry.logger.warning(
+            "class=%s jid=%s queue=%s expired %.1f s ago (expires_in=%s): dropped, not run",
+            admitted.class_name,
+            admitted.jid,
+            unit.queue,
+            timestamp - expires_at,
+            item.get(expiry.EXPIRES_IN_KEY),
+        )
+        try:
+            expiry.count(self.policy.client, today=dt.datetime.fromtimestamp(timestamp, dt.UTC).date())
+        except CONNECTION_ERRORS as exc:  # the job is dropped all the same; only the count is lost
+            expiry.logger.warning("jid=%s expired job not counted (%s)", admitted.jid, exc)
+        class_name = admitted.class_name
+        job_class = registry.lookup(class_name) if isinstance(class_name, str) and registry.is_registered(class_name) else None
+        notify("on_dead", job_class, item, None, reason=DeadReason.EXPIRED)
+        ending.finish(self.policy.client, item, Fate.EXPIRED, reason=DeadReason.EXPIRED)
+        admitted.class_name = str(class_name)[:200]
+        return admitted.result(acknowledge=True, failed=False)
+
+    def _on_hostile_class_name(self, admitted: _Admitted) -> Result:
+        """Not a name any job could have (empty, ``__import__('os')...``, a path): dead at once;
+        nothing is imported."""
+        unit, item, shown = admitted.unit, admitted.item, admitted.class_name[:200]
+        not_a_name = UnknownJobClass(f"{shown!r} is not a job class name; nothing was imported or run")
+        logger.error("class=%r jid=%s queue=%s hostile job class name sent to the dead set", shown, admitted.jid, unit.queue)
+        outcome = self.policy.bury(unit, item, not_a_name, reason=DeadReason.UNKNOWN_CLASS)
+        ending.finish_outcome(self.policy.client, item, outcome, error=not_a_name)
+        admitted.class_name = shown
+        return admitted.result(acknowledge=False, failed=True)
+
+    def _on_unknown_class(self, admitted: _Admitted) -> Result:
+        """Retried as any failure (Sidekiq's NameError): a deploy where web servers know a class
+        before the workers do heals itself; nothing is imported because a payload named it."""
+        unit, item, shown = admitted.unit, admitted.item, admitted.class_name[:200]
+        unknown = UnknownJobClass(
+            f"{shown!r} is not a registered job class in this worker; job classes are found in the "
+            "jobs.py (or tasks.py) module of each installed app (INSTALLED_APPS), so define it there and restart the workers. "
+            "Nothing was imported or run"
+        )
+        outcome = self.policy.handle(unit, item, None, unknown)
+        logger.error("class=%r jid=%s queue=%s unknown job class (%s)", shown, admitted.jid, unit.queue, outcome.kind)
+        ending.finish_outcome(self.policy.client, item, outcome, error=unknown)
+        admitted.class_name = shown
+        return admitted.result(acknowledge=outcome.kind == OutcomeKind.DISCARDED, failed=True)
+
+
+@dataclass(slots=True, kw_only=True)
+class _Admitted:
+    """A decoded job on its way through ``Processor._process``."""
+
+    unit: UnitOfWork
+    item: Item
+    jid: str
+    class_name: str
+    started: float  # monotonic
+    job_class: type[Job] = None  # type: ignore[assignment]  # set by the lookup, before the run
+
+    def result(self, *, acknowledge: bool, failed: bool) -> Result:
+        return Result(
+            jid=self.jid,
+            acknowledge=acknowledge,
+            failed=failed,
+            job_class=self.class_name,
+            elapsed_seconds=time.monotonic() - self.started,
+        )
+
+    def log_fields(self) -> dict[str, str]:
+        return {"job_class": self.class_name, "jid": self.jid, "queue": self.unit.queue}
+
+
+def _decoded_or_none(raw: bytes) -> Item | None:
+    """The job in ``raw`` when it decodes, else None (its features cannot be told)."""
+    try:
+        return decode(raw)
+    except MalformedPayload:  # nothing readable: no feature can be told it ended
+        return None

@@ -23,7 +23,9 @@ for the quarantine, come back uncounted. A job counted ``POISON_RECOVERY_LIMIT``
 killed its process every time: it goes to the dead set as poison. Without the quarantine, an
 innocent job fetched in the same batch as a crashing one would ride along through three
 crashes and be buried with it (the fault suite's scenario 6 found that). Middleware is told
-(``on_requeue`` reason "recovered", ``on_dead`` reason "poison").
+(``on_requeue`` reason "recovered", ``on_dead`` reason "poison"), and a buried job's features
+hear that it ended through the "job ended" door (``jobsapp.ending``: its unique lock released,
+its batch counting it failed, its record failed).
 """
 
 from __future__ import annotations
@@ -37,15 +39,16 @@ from typing import TypeVar
 
 import redis
 
-from . import keys, scripts
+from . import ending, keys, scripts
 from .clock import SYSTEM_CLOCK, Clock
 from .component import PollingComponent
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, REDIS_ERRORS, as_bytes, as_text
+from .ending import Fate
 from .errors import JobsError, RedisUnavailable
 from .middleware import notify
 from .outcomes import DeadReason, RequeueReason
-from .payload import RECOVERED_KEY, compact_json, decode, encode_unchecked, malformed_item, now
+from .payload import RECOVERED_KEY, Item, compact_json, decode, encode_unchecked, malformed_item, now
 from .processes import prune_dead
 from .retry import dead_trim_args, with_error_fields
 
@@ -90,7 +93,17 @@ def _bury_malformed(client: redis.Redis, raw: bytes, *, inflight_key: str, excep
     if moved:
         logger.error("recovery: malformed in-flight job sent to the dead set: %s", reason)
         notify("on_dead", None, dead_item, exception, reason=DeadReason.MALFORMED)
+        original = _decoded_or_none(raw)  # a job that decodes but could not be handled: its features hear it
+        if original is not None:
+            ending.finish(client, original, Fate.DEAD, error=exception, reason=DeadReason.MALFORMED)
     return moved
+
+
+def _decoded_or_none(raw: bytes) -> Item | None:
+    try:
+        return decode(raw)
+    except ValueError:  # not a job at all: no feature can be told it ended
+        return None
 
 
 def _recover_one(client: redis.Redis, raw: bytes, *, inflight_key: str, started_key: str, limit: int) -> tuple[bool, str]:
@@ -132,6 +145,7 @@ def _recover_one(client: redis.Redis, raw: bytes, *, inflight_key: str, started_
     if moved:
         logger.error("jid=%s class=%s poison job sent to the dead set: %s", jid, str(item.get("class"))[:200], poison)
         notify("on_dead", None, dead_item, poison, reason=DeadReason.POISON)
+        ending.finish(client, dead_item, Fate.DEAD, error=poison, reason=DeadReason.POISON)
     return moved, "dead"
 
 

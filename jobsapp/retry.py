@@ -137,6 +137,7 @@ class Outcome:
     kind: OutcomeKind
     reason: str = ""
     run_at: float | None = None
+    item: Item | None = None  # the job as filed (with its error fields); None when nothing was written
 
 
 def call_error_handlers(exception: BaseException, context: dict[str, Any]) -> None:
@@ -202,7 +203,7 @@ class RetryPolicy:
         if item.get("retry", True) is False:
             call_death_handlers(item, exception)  # as Sidekiq 6.4 does for retry: false
             notify("on_dead", job_class, item, exception, reason=DeadReason.RETRY_DISABLED)
-            return Outcome(OutcomeKind.DISCARDED, DeadReason.RETRY_DISABLED)
+            return Outcome(OutcomeKind.DISCARDED, DeadReason.RETRY_DISABLED, item=item)
         failed = with_error_fields(item, exception, timestamp)
         count = int(failed["retry_count"])
         limit = retry_limit(item)
@@ -215,7 +216,7 @@ class RetryPolicy:
                     logger.exception("%s.sidekiq_retry_in failed; using the default delay", job_class.__qualname__)
             if delay == "discard":
                 notify("on_dead", job_class, item, exception, reason=DeadReason.DISCARDED)
-                return Outcome(OutcomeKind.DISCARDED, DeadReason.DISCARDED)
+                return Outcome(OutcomeKind.DISCARDED, DeadReason.DISCARDED, item=item)
             if delay != "kill":
                 seconds = usable_delay_seconds(delay)
                 if seconds is None:
@@ -228,7 +229,7 @@ class RetryPolicy:
                 if faults.POINT:
                     faults.reach("after_retry_write")
                 notify("on_retry", job_class, failed, exception, retry_count=count, retry_limit=limit, run_at=run_at)
-                return Outcome(OutcomeKind.RETRY, run_at=run_at)
+                return Outcome(OutcomeKind.RETRY, run_at=run_at, item=failed)
             reason = DeadReason.KILLED
         else:
             reason = DeadReason.RETRIES_EXHAUSTED
@@ -240,12 +241,12 @@ class RetryPolicy:
         if failed.get("dead", True) is False:
             call_death_handlers(failed, exception)  # as Sidekiq 6.4 does for dead: false
             notify("on_dead", job_class, failed, exception, reason=reason)
-            return Outcome(OutcomeKind.DISCARDED, reason)
+            return Outcome(OutcomeKind.DISCARDED, reason, item=failed)
         if not self._file(unit, keys.DEAD, timestamp, failed, timestamp):
             return Outcome(OutcomeKind.LOST, "no longer in flight")
         call_death_handlers(failed, exception)
         notify("on_dead", job_class, failed, exception, reason=reason)
-        return Outcome(OutcomeKind.DEAD, reason)
+        return Outcome(OutcomeKind.DEAD, reason, item=failed)
 
     def bury(self, unit: UnitOfWork, item: Item, exception: BaseException, *, reason: DeadReason) -> Outcome:
         """Straight to the dead set without retries: unknown classes, malformed or poison jobs."""
@@ -255,4 +256,4 @@ class RetryPolicy:
             return Outcome(OutcomeKind.LOST, "no longer in flight")
         call_death_handlers(failed, exception)
         notify("on_dead", None, failed, exception, reason=reason)
-        return Outcome(OutcomeKind.DEAD, reason)
+        return Outcome(OutcomeKind.DEAD, reason, item=failed)

@@ -1,0 +1,180 @@
+"""The one "job ended" door: every place that settles a job's fate calls ``finish`` once.
+
+A job's life ends in many ways: it succeeded; it failed and went to the retry set, the dead set
+or nowhere (``retry: false``, ``NoRetryError``, a ``discard``); it expired unrun; it stayed stuck
+past its timeout's hard limit; its class is unknown or its class name hostile; its payload is
+malformed; it killed its worker too often (poison); it was revoked before it started. Whoever
+files that fate (``processor``, ``recovery``, the Celery ``revoke``) then calls
+``finish(client, item, fate, ...)``, and the door tells each built-in feature the job carries,
+through one fixed table of ``(payload key -> hook)`` (``HOOKS``):
+
+- ``retain`` (results): the record's outcome, ``retrying`` or ``failed`` with the reason
+  (``succeeded`` with the value is written by the run itself, ``Recorder.run``, before the door),
+  written first so a batch callback that reads a member's record finds it;
+- ``periodic``: the periodic entry's last outcome, for the dashboard;
+- ``unique_digest``: the unique lock is released when the job is done for good (any fate but
+  ``RETRIED``), whatever ``unique_until`` says (a "start" job that never started must not hold
+  its lock until it expires); a retried job keeps it. The release is guarded by the jid, so a
+  lock another push took since is never dropped;
+- ``bid`` (batches): the job's run is counted, succeeded (``SUCCEEDED``, and ``EXPIRED`` as
+  Sidekiq Pro counts it) or failed (everything else), once per jid (``batch_update.lua``).
+
+A plain job pays one dict lookup per row and no call. A feature that needs to hear the end of
+its jobs adds a row to ``HOOKS`` and touches nothing else in the engine. The door may be called
+twice for one jid (at-least-once delivery: a job re-run after a crash that came between its
+outcome and its ack): every hook is idempotent per jid.
+
+Runs in the thread that settled the fate (a processor thread, an async lane thread, the
+sweeper). A hook that fails is logged and the next one runs: the job's fate is already filed,
+and its bookkeeping never changes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from . import batch, periodic, results, unique
+from .outcomes import DeadReason, OutcomeKind
+from .payload import Item, now
+from .result_writer import recorder
+
+if TYPE_CHECKING:
+    import redis
+
+    from .retry import Outcome
+
+logger = logging.getLogger("jobsapp.ending")
+
+
+class Fate(StrEnum):
+    """How a job's life (or this run of it) ended."""
+
+    SUCCEEDED = "succeeded"  # perform returned
+    RETRIED = "retried"  # failed; in the retry set, it runs again
+    DEAD = "dead"  # in the dead set (retries exhausted, killed, unknown class, malformed, poison, hard limit)
+    DISCARDED = "discarded"  # failed for good, in no set (retry: false, NoRetryError, "discard", dead: false)
+    EXPIRED = "expired"  # fetched past its expires_at: dropped, never run
+    REVOKED = "revoked"  # removed before it started (Celery's revoke)
+
+
+#: The fates after which the job never runs again.
+FINAL_FATES = frozenset({Fate.SUCCEEDED, Fate.DEAD, Fate.DISCARDED, Fate.EXPIRED, Fate.REVOKED})
+#: The fates a batch counts as a success (Sidekiq Pro counts an expired job as one).
+BATCH_SUCCESSES = frozenset({Fate.SUCCEEDED, Fate.EXPIRED})
+
+_FATE_OF_OUTCOME = {OutcomeKind.RETRY: Fate.RETRIED, OutcomeKind.DEAD: Fate.DEAD, OutcomeKind.DISCARDED: Fate.DISCARDED}
+
+
+def fate_of(kind: OutcomeKind) -> Fate | None:
+    """The fate a retry policy's outcome settled; None for ``LOST`` (another process filed it:
+    this call settled nothing)."""
+    return _FATE_OF_OUTCOME.get(kind)
+
+
+class JobExpired(Exception):
+    """The job was fetched past its ``expires_at``: dropped, never run (reported to hooks, never raised)."""
+
+
+class JobRevoked(Exception):
+    """The job was removed before it started (reported to hooks, never raised)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ending:
+    """What the hooks are told: the fate, and what the fate's filing knows."""
+
+    fate: Fate
+    error: BaseException | None = None  # what failed it (None on success)
+    reason: str = ""  # a DeadReason for DEAD and DISCARDED
+    run_at: float | None = None  # RETRIED: the next attempt
+    finished_at: float = 0.0
+
+    def failure(self) -> BaseException | None:
+        """The error to report: the one given, else one naming a fate that had none."""
+        if self.error is not None or self.fate is Fate.SUCCEEDED:
+            return self.error
+        if self.fate is Fate.EXPIRED:
+            return JobExpired("the job expired before it started")
+        if self.fate is Fate.REVOKED:
+            return JobRevoked("the job was revoked before it started")
+        return None
+
+
+def _record_result(client: redis.Redis, item: Item, ending: Ending) -> None:
+    if ending.fate is Fate.SUCCEEDED:
+        return  # written by the run itself (``Recorder.run``), which holds the value
+    if ending.fate is Fate.RETRIED:
+        retry_count = item.get("retry_count")
+        recorder.on_retry(
+            item,
+            ending.error or Exception("unknown"),
+            retry_count=retry_count if isinstance(retry_count, int) else 0,
+            run_at=ending.run_at if ending.run_at is not None else ending.finished_at,
+        )
+    else:
+        recorder.on_dead(item, ending.failure(), reason=ending.reason or ending.fate)
+
+
+def _record_periodic(client: redis.Redis, item: Item, ending: Ending) -> None:
+    periodic.record_outcome(client, item, error=ending.failure(), finished_at=ending.finished_at)
+
+
+def _release_unique(client: redis.Redis, item: Item, ending: Ending) -> None:
+    if ending.fate in FINAL_FATES:  # a retried job keeps its lock through its retries
+        unique.release(client, item, moment=str(item.get("unique_until", "success")))
+
+
+def _settle_batch(client: redis.Redis, item: Item, ending: Ending) -> None:
+    batch.job_finished(client, item, succeeded=ending.fate in BATCH_SUCCESSES)
+
+
+#: A feature's hook: called with the Redis client, the job's item and how it ended.
+Hook = Callable[[Any, Item, Ending], None]
+
+#: (payload key, hook) for each built-in feature, in the order they are told. A feature adds a
+#: row; the engine calls the hook of each key the item carries, and nothing for the others.
+HOOKS: list[tuple[str, Hook]] = [
+    (results.RETAIN_OPTION, _record_result),
+    (periodic.PERIODIC_KEY, _record_periodic),
+    (unique.DIGEST_KEY, _release_unique),
+    (batch.BATCH_KEY, _settle_batch),
+]
+
+
+def finish(
+    client: redis.Redis,
+    item: Item,
+    fate: Fate,
+    *,
+    error: BaseException | None = None,
+    reason: str = "",
+    run_at: float | None = None,
+) -> None:
+    """Tell every feature the job carries that its run ended with ``fate``. Never raises for a
+    hook's failure (logged; the job's fate is already filed)."""
+    ending: Ending | None = None
+    for key, hook in HOOKS:
+        if key not in item:
+            continue
+        if ending is None:
+            ending = Ending(fate=fate, error=error, reason=reason, run_at=run_at, finished_at=now())
+        try:
+            hook(client, item, ending)
+        except Exception:  # the job is already filed (acked, retried or dead); only this feature's note is lost
+            logger.exception("jid=%s: the %r hook failed at the end of the job (%s)", item.get("jid"), key, fate)
+
+
+def finish_outcome(client: redis.Redis, item: Item, outcome: Outcome, *, error: BaseException | None) -> None:
+    """``finish`` for what a retry policy filed (the item as filed, with its error fields, when
+    it has one); nothing for ``LOST`` (another process filed it: this call settled nothing)."""
+    fate = fate_of(outcome.kind)
+    if fate is not None:
+        filed = outcome.item if outcome.item is not None else item
+        finish(client, filed, fate, error=error, reason=outcome.reason, run_at=outcome.run_at)
+
+
+__all__ = ["HOOKS", "DeadReason", "Ending", "Fate", "finish", "finish_outcome"]

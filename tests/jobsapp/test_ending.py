@@ -1,0 +1,221 @@
+"""The "job ended" door (jobsapp.ending): whichever way a job's life ends, each feature it carries
+hears it once: its unique lock is released (kept through a retry), its batch counts it and fires
+its callback once, its periodic entry records the outcome, its retained record says how it ended.
+
+Each test takes one end-of-life path and one feature, with a job that carries all four features
+(a unique lock, a batch, a periodic name, ``retain``), run by a real processor (or the recovery
+sweeper) against a real Redis."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from jobsapp import Job, client, ending, keys, recovery, results
+from jobsapp.batch import Batch, BatchStatus
+from jobsapp.connection import get_redis
+from jobsapp.errors import NoRetryError
+from jobsapp.fetch import UnitOfWork
+from jobsapp.payload import compact_json, decode
+from jobsapp.processor import Processor
+from jobsapp.retry import RetryPolicy
+from tests.testapp.jobs import BatchComplete, BatchSuccess
+
+IDENTITY = "test:1:0000000000ee"
+INFLIGHT = keys.inflight(IDENTITY)
+PERIODIC_NAME = "nightly-report"
+
+
+class Ends(Job):
+    """Ends the way it is told: "succeed", "no_retry" (NoRetryError) or "fail" (RuntimeError)."""
+
+    def perform(self, how):
+        if how == "no_retry":
+            raise NoRetryError("not worth retrying")
+        if how == "fail":
+            raise RuntimeError("failed on purpose")
+        return "done"
+
+
+def _pushed(how: str = "succeed", **options) -> tuple[str, Batch]:
+    """Push one ``Ends`` job carrying every feature, inside a batch whose block then closes."""
+    item = {
+        "class": Ends.wire_name(),
+        "args": [how],
+        "queue": "default",
+        "unique_for": 600,
+        "retain": 600,
+        "periodic": PERIODIC_NAME,
+        **options,
+    }
+    batch = Batch(on_complete=BatchComplete, on_success=BatchSuccess)
+    with batch.jobs():
+        jid = client.push(item)
+    assert jid is not None
+    return jid, batch
+
+
+def _fetched(redis, *, tamper=None) -> UnitOfWork:
+    """Move the queued job into this process's in-flight list, as a fetch does (``tamper`` edits
+    its payload on the way, as another client could have written it)."""
+    raw = redis.rpop("queue:default")
+    if tamper is not None:
+        item = json.loads(raw)
+        tamper(item)
+        raw = compact_json(item).encode()
+    redis.lpush(INFLIGHT, raw)
+    return UnitOfWork(raw, "default")
+
+
+def _processor() -> Processor:
+    return Processor(RetryPolicy(get_redis(), INFLIGHT))
+
+
+def _run(redis, how: str = "succeed", *, tamper=None, **options) -> tuple[str, Batch]:
+    jid, batch = _pushed(how, **options)
+    _processor().process(_fetched(redis, tamper=tamper))
+    return jid, batch
+
+
+# --- the paths: each returns the jid and batch of a job whose life (or run) ended ------------
+
+
+def succeeded(redis):
+    return _run(redis, "succeed")
+
+
+def no_retry(redis):
+    return _run(redis, "no_retry")
+
+
+def retried(redis):
+    return _run(redis, "fail", retry=5)
+
+
+def dead(redis):
+    return _run(redis, "fail", retry=0)
+
+
+def discarded(redis):
+    return _run(redis, "fail", retry=False)
+
+
+def hard_limit(redis):
+    jid, batch = _pushed("succeed", retry=0)
+    unit = _fetched(redis)
+    _processor()._file_stuck(unit, decode(unit.raw), Ends, 1.0)
+    return jid, batch
+
+
+def expired(redis):
+    return _run(redis, "succeed", expires_in=60, expires_at=time.time() - 5)
+
+
+def unknown_class(redis):
+    return _run(redis, "succeed", retry=0, tamper=lambda item: item.update({"class": "tests.NoSuchJob"}))
+
+
+def hostile_class_name(redis):
+    return _run(redis, "succeed", tamper=lambda item: item.update({"class": "__import__('os').system('true')"}))
+
+
+def parked(redis):
+    # a timeout no client of ours writes: the job cannot be handled and is parked as malformed
+    return _run(redis, "succeed", tamper=lambda item: item.update({"timeout": "soon"}))
+
+
+def poison(redis):
+    jid, batch = _pushed("succeed")
+    _fetched(redis)
+    redis.hset(keys.RECOVERIES, jid, 2)  # recovered twice already: this third crash buries it
+    recovery.recover_list(get_redis(), IDENTITY)
+    return jid, batch
+
+
+def malformed_in_recovery(redis):
+    jid, batch = _pushed("succeed")
+    unit = _fetched(redis)
+    recovery._bury_malformed(get_redis(), unit.raw, inflight_key=INFLIGHT, exception=ValueError("could not be handled"))
+    return jid, batch
+
+
+PATHS = [succeeded, no_retry, retried, dead, discarded, hard_limit, expired, unknown_class, hostile_class_name, parked, poison]
+PATHS += [malformed_in_recovery]
+#: The paths after which the job runs again (everything else is final).
+RUNS_AGAIN = {retried}
+#: The paths a batch counts as a success.
+BATCH_SUCCESSES = {succeeded, expired}
+
+
+def _unique_lock_exists(redis) -> bool:
+    return bool(redis.keys("jobsapp:unique:*"))
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda path: path.__name__)
+def test_unique_lock_is_released_when_the_job_is_done_for_good_and_kept_through_a_retry(redis, path):
+    # Given a unique job, When its life (or this run of it) ends this way
+    path(redis)
+    # Then its lock is kept only when it runs again
+    assert _unique_lock_exists(redis) == (path in RUNS_AGAIN)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda path: path.__name__)
+def test_batch_counts_the_job_and_fires_its_callback_once(redis, path):
+    # Given a batch of one job whose block has closed, When the job ends this way
+    _, batch = path(redis)
+    # Then the batch has nothing pending, counts the job on the right side, and on_complete was
+    # pushed once (on_success too when the job counts as a success)
+    status = BatchStatus.read(batch.bid)
+    assert status is not None and status.pending == 0
+    assert (status.succeeded, status.failed) == ((1, 0) if path in BATCH_SUCCESSES else (0, 1))
+    callbacks = [json.loads(raw)["class"] for raw in redis.lrange("queue:callbacks", 0, -1)]
+    assert callbacks.count(BatchComplete.wire_name()) == 1
+    assert callbacks.count(BatchSuccess.wire_name()) == (1 if path in BATCH_SUCCESSES else 0)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda path: path.__name__)
+def test_periodic_entry_records_the_outcome(redis, path):
+    # Given a job pushed by a periodic tick, When it ends this way
+    jid, _ = path(redis)
+    # Then its entry says how the job ended
+    fields = redis.hgetall(keys.cron_job(PERIODIC_NAME))
+    assert fields[b"jobsapp_last_outcome_jid"] == jid.encode()
+    outcome = fields[b"jobsapp_last_outcome"].decode()
+    assert outcome == "succeeded" if path is succeeded else outcome.startswith("failed: ")
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda path: path.__name__)
+def test_retained_record_says_how_the_job_ended(redis, path):
+    # Given a job pushed with retain, When it ends this way
+    jid, _ = path(redis)
+    # Then its record is finished (or waiting for its retry), never left queued or running
+    record = results.get(jid)
+    expected = "succeeded" if path is succeeded else "retrying" if path in RUNS_AGAIN else "failed"
+    assert record is not None and record.status == expected
+
+
+def test_a_plain_job_calls_no_hook(redis, monkeypatch):
+    # Given a hook table whose every hook would record its call
+    called: list[str] = []
+    monkeypatch.setattr(ending, "HOOKS", [(key, lambda *_args, key=key: called.append(key)) for key, _ in ending.HOOKS])
+    # When a job with none of the features ends
+    ending.finish(get_redis(), {"class": "X", "jid": "a" * 24, "args": []}, ending.Fate.SUCCEEDED)
+    # Then no hook ran; and one with a batch calls only the batch's hook
+    assert called == []
+    ending.finish(get_redis(), {"class": "X", "jid": "a" * 24, "args": [], "bid": "b1"}, ending.Fate.SUCCEEDED)
+    assert called == ["bid"]
+
+
+def test_a_failing_hook_does_not_keep_the_others_from_running(redis, monkeypatch):
+    # Given a first hook that raises
+    called: list[str] = []
+
+    def broken(*_args):
+        raise RuntimeError("hook bug")
+
+    monkeypatch.setattr(ending, "HOOKS", [("retain", broken), ("bid", lambda *_args: called.append("bid"))])
+    # When a job carrying both ends, Then the second still runs and nothing is raised
+    ending.finish(get_redis(), {"jid": "a" * 24, "retain": 60, "bid": "b1"}, ending.Fate.DEAD)
+    assert called == ["bid"]
