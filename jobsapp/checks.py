@@ -24,6 +24,7 @@ only when that is not enough.
 | jobsapp.W001 | the dashboard is in the URLs but no login page exists for anonymous visitors |
 | jobsapp.W002 | DEFAULT_QUEUE is not in QUEUES: ``runworkers`` without ``-q`` never takes jobs pushed there |
 | jobsapp.E040-E042, E044 | Sentinel, ENQUEUE_REPLICAS and SHARDS (``check_connection_settings``; E043 is unused) |
+| jobsapp.W045 | a class routed to a shard whose workers do not serve its queue (its jobs would sit unrun) |
 | jobsapp.E201-E204, W201-W202 | the Django tasks backend's TASKS entry (``jobsapp.django_tasks.JobsBackend.check``) |
 
 tests/jobsapp/test_check_ids.py pins every id: an id is never renumbered or reused.
@@ -37,7 +38,8 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 
-from . import shards
+from . import registry, shards
+from .client import job_template
 from .conf import DEFAULTS, jobs_settings
 
 SETTING_IDS = {"unknown": "jobsapp.E001", "type": "jobsapp.E005", "range": "jobsapp.E006"}
@@ -329,6 +331,33 @@ def check_connection_settings(app_configs: Any = None, **kwargs: Any) -> list[ch
         return messages
     for shard in shards.names():
         messages += [checks.Error(message, hint=hint, id=check_id) for check_id, message, hint in _connection_problems(shard)]
+    return messages
+
+
+@checks.register("jobsapp")
+def check_shard_classes(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """jobsapp.W045: a class listed in a shard's CLASSES whose queue ``runworkers --shard`` does
+    not serve by default (the shard's QUEUES, else JOBSAPP['QUEUES']): its jobs would sit unrun."""
+    if shards.problems():
+        return []  # E044 already says what is wrong
+    messages: list[checks.CheckMessage] = []
+    for shard in shards.names()[1:]:
+        served = shards.routed_queues(shard) or [str(entry).split(",")[0].strip() for entry in jobs_settings.QUEUES or []]
+        for class_name in shards.setting_list(shard, "CLASSES"):
+            if not registry.is_registered(class_name):
+                continue
+            queue = job_template(class_name).queue
+            if queue in served:
+                continue
+            messages.append(
+                checks.Warning(
+                    f"Job class {class_name!r} is routed to shard {shard!r}, whose workers serve {', '.join(served)} "
+                    f"by default, not its queue {queue!r}: its jobs would sit unrun.",
+                    hint=f"Add {queue!r} to JOBSAPP['SHARDS'][{shard!r}]['QUEUES'], give the class one of those queues, "
+                    f"or run `runworkers --shard {shard} -q {queue}`.",
+                    id="jobsapp.W045",
+                )
+            )
     return messages
 
 

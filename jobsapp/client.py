@@ -72,8 +72,9 @@ def job_template(job: type[Job] | str) -> JobTemplate:
     return JobTemplate(wire_name, job_class, options, str(options.get("queue") or jobs_settings.DEFAULT_QUEUE))
 
 
-#: Set by jobsapp.testing: receives (job_class, item) instead of Redis. None in production.
-interceptor: Callable[[type[Job] | None, Item], None] | None = None
+#: Set by jobsapp.testing: receives (job_class, item) instead of Redis, returns False for a
+#: push it refuses (a unique job already queued). None in production.
+interceptor: Callable[[type[Job] | None, Item], bool | None] | None = None
 
 
 class _Prepared:
@@ -244,8 +245,8 @@ def push(item: Item, *, job_class: type[Job] | None = None) -> str | None:
         return None
     entry, final_item = prepared
     if interceptor is not None:
-        interceptor(job_class, final_item if entry.at is None else {**final_item, "at": entry.at})
-        return entry.jid
+        accepted = interceptor(job_class, final_item if entry.at is None else {**final_item, "at": entry.at})
+        return None if accepted is False else entry.jid
     try:
         refused = _write(connection, [entry], shard=shard)
     except CONNECTION_ERRORS as exc:
@@ -320,9 +321,8 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None
         ready.append(entry)
         finals.append((job_class, final_item if entry.at is None else {**final_item, "at": entry.at}))
     if interceptor is not None:
-        for final_class, final_item in finals:
-            interceptor(final_class, final_item)
-        return jids
+        refused_jids = {str(final_item["jid"]) for final_class, final_item in finals if interceptor(final_class, final_item) is False}
+        return [None if jid in refused_jids else jid for jid in jids]
     written = _write_bulk(connection, ready, batch_size, shard=shard)
     refused = {entry.jid for entry, jid in zip(ready, written, strict=True) if jid is None}
     return [None if jid in refused else jid for jid in jids]

@@ -65,9 +65,10 @@ def _type_name(value: object) -> str:
 MAX_NESTING = 100
 
 
-def check_json_native(value: Any, path: str = "args", depth: int = 0) -> None:
+def check_json_native(value: Any, path: str = "args", depth: int = 0, *, subject: str = "job arguments") -> None:
     """Raise TypeError naming the first value under ``path`` that JSON would not round-trip, or
-    ValueError when lists and objects nest deeper than MAX_NESTING."""
+    ValueError when lists and objects nest deeper than MAX_NESTING; ``subject`` is what the
+    message says must be JSON-native ("job arguments", "return values")."""
     kind = type(value)
     if value is None or kind is str or kind is bool or kind is int:
         return
@@ -79,18 +80,17 @@ def check_json_native(value: Any, path: str = "args", depth: int = 0) -> None:
         raise ValueError(f"{path[:200]}... nests lists and objects deeper than {MAX_NESTING} levels, which Ruby's JSON refuses")
     if kind is list:
         for index, element in enumerate(value):
-            check_json_native(element, f"{path}[{index}]", depth + 1)
+            check_json_native(element, f"{path}[{index}]", depth + 1, subject=subject)
         return
     if kind is dict:
         for key, element in value.items():
             if type(key) is not str:
                 raise TypeError(f"{path} has a key {key!r} of type {_type_name(key)}; JSON object keys are strings")
-            check_json_native(element, f"{path}[{json.dumps(key)}]", depth + 1)
+            check_json_native(element, f"{path}[{json.dumps(key)}]", depth + 1, subject=subject)
         return
     article = "an" if _type_name(value)[:1].lower() in "aeiou" else "a"
     raise TypeError(
-        f"{path} is {article} {_type_name(value)}; job arguments must be JSON-native "
-        "(None, bool, int, float, str, list, dict with str keys)"
+        f"{path} is {article} {_type_name(value)}; {subject} must be JSON-native (None, bool, int, float, str, list, dict with str keys)"
     )
 
 

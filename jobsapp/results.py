@@ -164,7 +164,7 @@ def error_record_fields(exception: BaseException | None) -> dict[str, str]:
 
 def value_record_fields(value: Any) -> dict[str, str]:
     try:
-        check_json_native(value, "the return value")
+        check_json_native(value, "the return value", subject="return values")
     except (TypeError, ValueError) as exc:  # the job succeeded; only its value is not kept
         return {"value_error": str(exc)[:1000]}
     encoded = compact_json(value)

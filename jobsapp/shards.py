@@ -111,6 +111,13 @@ def routed_queues(shard: str) -> list[str]:
     return list(_entries().get(shard, {}).get("QUEUES") or [])
 
 
+def setting_list(shard: str, key: str) -> list[str]:
+    """A routing list of ``shard`` (a key of ROUTING_KEYS), [] when absent."""
+    if shard == DEFAULT:
+        return []
+    return list(_entries().get(shard, {}).get(key) or [])
+
+
 def current() -> str:
     """The shard this context talks to when it names none."""
     return _context_shard.get() or _process_shard or DEFAULT

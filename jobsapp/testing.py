@@ -2,7 +2,10 @@
 
 - fake: pushes are collected in memory, per wire class name, after client middleware ran
   (scheduled jobs keep their ``at``); ``jobs()``, ``drain()``, ``drain_all()``, ``clear_all()``
-  inspect and run them. Nothing touches Redis.
+  inspect and run them. Nothing touches Redis. ``unique_for`` holds as with Redis: a second push
+  of the same job while the first holds its lock returns None; the lock ends when the collected
+  job runs (at its start or its success, as ``unique_until`` says), when it is cleared, or
+  ``unique_for`` seconds after its run-at time.
 - inline: a push runs the job at once in the calling thread, through the server middleware
   chain, and its exception propagates to the caller (no retry).
 - disabled: the real client (the default).
@@ -24,13 +27,14 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from . import aio, client, registry, timeouts
+from . import aio, client, registry, timeouts, unique
 from .middleware import run_server_chain
 from .payload import Item
 
@@ -40,6 +44,8 @@ if TYPE_CHECKING:
 
 _lock = threading.RLock()
 _queued: dict[str, list[Item]] = defaultdict(list)
+#: Fake mode's unique locks: digest -> when the lock lapses (epoch seconds).
+_unique_locks: dict[str, float] = {}
 _mode = "disabled"
 
 
@@ -47,9 +53,26 @@ def _name(job_class: type[Job] | str) -> str:
     return job_class if isinstance(job_class, str) else job_class.wire_name()
 
 
-def _collect(job_class: type[Job] | None, item: Item) -> None:
+def _collect(job_class: type[Job] | None, item: Item) -> bool:
+    """Keep the push; False (refused, as Redis would) while its unique lock is held."""
     with _lock:
+        digest = item.get(unique.DIGEST_KEY)
+        if isinstance(digest, str):
+            now = time.time()
+            if _unique_locks.get(digest, 0.0) > now:
+                return False
+            run_at = item.get("at")
+            delay_seconds = max(0.0, float(run_at) - now) if isinstance(run_at, (int, float)) else 0.0
+            _unique_locks[digest] = now + float(item.get("unique_for") or 0) + delay_seconds
         _queued[str(item["class"])].append(copy.deepcopy(item))
+        return True
+
+
+def _release_unique(item: Item, *, moment: str) -> None:
+    digest = item.get(unique.DIGEST_KEY)
+    if isinstance(digest, str) and item.get("unique_until", "success") == moment:
+        with _lock:
+            _unique_locks.pop(digest, None)
 
 
 def _run_now(job_class: type[Job] | None, item: Item) -> None:
@@ -124,12 +147,14 @@ def jobs(job_class: type[Job] | str | None = None) -> list[Item]:
 
 def clear(job_class: type[Job] | str) -> None:
     with _lock:
-        _queued.pop(_name(job_class), None)
+        for item in _queued.pop(_name(job_class), []):
+            _unique_locks.pop(str(item.get(unique.DIGEST_KEY)), None)
 
 
 def clear_all() -> None:
     with _lock:
         _queued.clear()
+        _unique_locks.clear()
 
 
 def perform_one(job_class: type[Job] | str) -> Any:
@@ -139,7 +164,10 @@ def perform_one(job_class: type[Job] | str) -> Any:
         if not items:
             raise IndexError(f"no collected jobs for {_name(job_class)}")
         item = items.pop(0)
-    return execute(item)
+    _release_unique(item, moment="start")
+    result = execute(item)  # a failure keeps a "success" lock, as a retry would
+    _release_unique(item, moment="success")
+    return result
 
 
 def drain(job_class: type[Job] | str) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 
 import pytest
@@ -126,3 +127,19 @@ def test_redis_down_is_a_command_error(settings):
     connection.reset()
     with pytest.raises(CommandError, match="Redis is unavailable"):
         run("stats")
+
+
+def test_one_result_prints_its_times_as_iso_8601(redis):
+    from jobsapp import testing
+    from tests.testapp.jobs import Noop
+
+    # Given a finished job whose result is retained
+    jid = Noop.set(retain=60).perform_async()
+    testing.execute(json.loads(redis.lpop("queue:default")))
+    # When the CLI shows its result
+    out = io.StringIO()
+    call_command("jobs", "results", jid, stdout=out)
+    # Then its times read as UTC ISO 8601, not epoch floats
+    rows = {line.split()[0]: line.split()[1:] for line in out.getvalue().splitlines() if line.strip()}
+    for field in ("created_at", "enqueued_at", "started_at", "finished_at"):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", rows[field][0]), (field, rows[field])

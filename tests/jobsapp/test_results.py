@@ -67,6 +67,8 @@ def test_a_value_that_is_not_json_is_not_kept_but_the_job_succeeded(redis):
     testing.execute(json.loads(redis.lpop("queue:default")))
     record = results.get(jid)
     assert record.status == "succeeded" and not record.has_value and "JSON-native" in record.value_error
+    # and the reason speaks of the return value, not of arguments
+    assert "return values must be JSON-native" in record.value_error and "arguments" not in record.value_error
 
 
 def test_a_value_over_the_size_cap_is_not_kept(redis, settings):

@@ -161,3 +161,18 @@ def test_unknown_shard_names_raise(bulk):
         connection.get_redis("nope")
     with pytest.raises(UnknownShard), shards.using("nope"):
         pass
+
+
+def test_a_class_routed_to_a_shard_whose_workers_do_not_serve_its_queue_is_a_check_warning(bulk, settings, second_server):
+    # Given HardWorker (queue "default") routed to shard "bulk", whose workers serve "imports"
+    # When the checks run
+    (warning,) = [message for message in checks.run_checks(tags=["jobsapp"]) if message.id == "jobsapp.W045"]
+    # Then the warning names the class, the shard and the queue no worker of the shard serves
+    assert "'HardWorker'" in warning.msg and "'bulk'" in warning.msg and "'default'" in warning.msg
+    assert warning.level == checks.WARNING
+    # and once the shard serves that queue too, the warning is gone
+    settings.JOBSAPP = {
+        **settings.JOBSAPP,
+        "SHARDS": {"bulk": {"REDIS_URL": second_server.url, "QUEUES": ["imports", "default"], "CLASSES": ["HardWorker"]}},
+    }
+    assert not [message for message in checks.run_checks(tags=["jobsapp"]) if message.id == "jobsapp.W045"]

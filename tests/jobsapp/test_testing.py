@@ -74,3 +74,27 @@ def test_jobs_inline_runs_at_once_and_the_mode_ends_with_the_test(jobs_inline):
 
 def test_after_a_fixture_the_mode_is_back_to_real():
     assert testing.mode() == "disabled"
+
+
+@pytest.mark.parametrize("until", ["success", "start"])
+def test_fake_mode_honours_unique_for_until_the_collected_job_runs(redis, until):
+    from tests.testapp.jobs import UniqueRecord, UniqueUntilStart
+
+    job_class = UniqueRecord if until == "success" else UniqueUntilStart
+    with testing.fake_mode():
+        # Given a unique job collected in fake mode
+        first = job_class.perform_async("a")
+        # When the same job is pushed again (alone and in a bulk push), and a different one
+        again = job_class.perform_async("a")
+        bulk = job_class.perform_bulk([["a"], ["b"]])
+        # Then the copies are refused as Redis would refuse them, the other is collected
+        assert first is not None and again is None
+        assert bulk[0] is None and bulk[1] is not None
+        assert [item["args"] for item in testing.jobs(job_class)] == [["a"], ["b"]]
+        # and once the collected job has run, the same job may be pushed again
+        testing.drain(job_class)
+        assert job_class.perform_async("a") is not None
+        # and clearing the collected jobs releases their locks
+        testing.clear(job_class)
+        assert job_class.perform_async("a") is not None
+    assert not redis.keys("jobsapp:unique:*")  # no lock was written to Redis

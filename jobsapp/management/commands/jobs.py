@@ -323,7 +323,9 @@ class Command(BaseCommand):
             if self.as_json:
                 self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str))
             else:
-                rows: list[tuple[Any, ...]] = [(name, "" if value is None else value) for name, value in document.items()]
+                rows: list[tuple[Any, ...]] = [
+                    (name, "" if value is None else _iso(value) if name.endswith("_at") else value) for name, value in document.items()
+                ]
                 self.stdout.write(render_table(["field", "value"], rows))
                 if result.error_traceback:
                     self.stdout.write(result.error_traceback.rstrip())
