@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import time
 
+import redis
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.cache import cache
+
 from jobsapp import Job, sidekiq_options
 from jobsapp.connection import get_redis
+
+#: The job module's own client, made as a Django user makes one: plain redis-py, its own pool,
+#: none of the engine's lean paths (bench/sidekiq/jobs.rb has a plain ``Redis.new`` likewise).
+USER_REDIS = redis.Redis.from_url(settings.REDIS_URL)
 
 
 @sidekiq_options(retry=False)
@@ -76,3 +85,30 @@ class LatencyArgumentProbe(Job):
     def perform(self, enqueued_at):
         started = time.time()
         get_redis().rpush("bench:latency", repr(started - float(enqueued_at)))
+
+
+# --- job bodies as Django users write them (bench/side_by_side.py's "user" kinds) ---
+
+
+@sidekiq_options(retry=False)
+class PlainIncrJob(Job):
+    """One ``INCR`` through the module's own plain ``redis.Redis`` client."""
+
+    def perform(self, *args):
+        USER_REDIS.incr("bench:counter")
+
+
+@sidekiq_options(retry=False)
+class CacheIncrJob(Job):
+    """One django-redis ``cache.incr`` (the key exists: the benchmark sets it before a drain)."""
+
+    def perform(self, *args):
+        cache.incr("bench:counter")
+
+
+@sidekiq_options(retry=False)
+class OrmGetJob(Job):
+    """One ORM ``get(pk=...)`` of a row the benchmark created."""
+
+    def perform(self, pk):
+        User.objects.get(pk=pk)

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.side_by_side import KINDS, Bench, Fleet, session_pids
+from bench.side_by_side import KINDS, PYTHON_ONLY_KINDS, Bench, Fleet, session_pids, setup_django
 from tests.redis_server import RedisServer
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -79,11 +79,11 @@ def main() -> None:
     parser.add_argument("--py-spy", metavar="FILE")
     options = parser.parse_args()
 
+    if options.system == "sidekiq" and options.kind in PYTHON_ONLY_KINDS:
+        parser.error(f"Sidekiq does not run the {options.kind} kind (Django only)")
     server = RedisServer().start()
     os.environ["REDIS_URL"] = server.url
-    import django
-
-    django.setup()
+    setup_django()
     try:
         bench = Bench(argparse.Namespace(jobs=options.jobs, latency_seconds=1.0), server)
         bench.client.flushall()
@@ -95,7 +95,7 @@ def main() -> None:
             bench.stage(options.system, options.kind, options.jobs)
             leaders = {command.pid for command in fleet.commands}
             workers = [pid for command in fleet.commands for pid in session_pids(command.pid)]
-            if options.system != "sidekiq" and options.processes > 1:  # jobsapp's supervisor runs no job
+            if options.system != "sidekiq" and fleet.processes > 1:  # jobsapp's supervisor runs no job
                 workers = [pid for pid in workers if pid not in leaders]
             redis_pid = server.process.pid if server.process is not None else 0
             watched = [*workers, redis_pid]

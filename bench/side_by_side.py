@@ -9,7 +9,15 @@ producer, ``bench/sidekiq/producer.rb``, for Sidekiq). Job kinds:
 - ``empty``: ``perform`` does nothing;
 - ``incr``: one Redis ``INCR`` on the job's own pool connection (one round trip);
 - ``sleep``: a 1 ms I/O wait;
-- ``cpu``: a fixed loop calibrated to ~100 us in each language, then one ``INCR``.
+- ``cpu``: a fixed loop calibrated to ~100 us in each language, then one ``INCR``;
+
+and the bodies Django users write, which pay their client's full per-command layers:
+
+- ``plain-incr``: one ``INCR`` through a plain ``redis.Redis`` client made in the job module (for
+  Sidekiq: a plain ``Redis.new`` made in the job file);
+- ``cache-incr``: one django-redis ``cache.incr`` (jobsapp only: Sidekiq has no Django side);
+- ``orm-get``: one ORM ``User.objects.get(pk=...)`` on SQLite (jobsapp only; a database made and
+  migrated under /tmp/jobsapp-bench unless ``DATABASE_URL`` is set).
 
 Two clocks per drain of ``--jobs`` jobs:
 
@@ -55,10 +63,24 @@ os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
 
 from tests.redis_server import RedisServer  # noqa: E402
 
-#: kind -> (Ruby class, Python class name in bench.jobs)
-KINDS = {"empty": "NoopJob", "incr": "IncrJob", "sleep": "SleepJob", "cpu": "CpuJob"}
+#: kind -> the job's class name, in bench.jobs and in bench/sidekiq/jobs.rb
+KINDS = {
+    "empty": "NoopJob",
+    "incr": "IncrJob",
+    "plain-incr": "PlainIncrJob",
+    "cache-incr": "CacheIncrJob",
+    "orm-get": "OrmGetJob",
+    "sleep": "SleepJob",
+    "cpu": "CpuJob",
+}
+#: Kinds only Django has (a django-redis cache, the ORM): Sidekiq does not run them.
+PYTHON_ONLY_KINDS = {"cache-incr", "orm-get"}
+#: The database the ``orm-get`` kind reads, made and migrated by the benchmark.
+BENCH_DATABASE = Path("/tmp/jobsapp-bench/bench.sqlite3")
 SYSTEMS = {"sidekiq": "Sidekiq 6.4", "reliable": "jobsapp reliable", "basic": "jobsapp --fetch basic"}
 SWEEP_CONFIGS = [(1, 20), (4, 5)]
+#: Sidekiq's own default threads per process (``-c``).
+SIDEKIQ_DEFAULT_THREADS = 10
 SERVED_QUEUE = "bench"
 STAGING_QUEUE = "staging"
 
@@ -105,6 +127,16 @@ class Fleet:
 
     def __post_init__(self) -> None:
         self.commands: list[subprocess.Popen[bytes]] = []
+        #: 0 x 0: each system's defaults (jobsapp: no -P, no -c; Sidekiq: one process per core, -c 10)
+        self.defaults = self.processes == 0
+        if self.defaults:
+            from jobsapp.conf import jobs_settings
+            from jobsapp.launcher import default_processes
+
+            if self.system == "sidekiq":
+                self.processes, self.threads = os.cpu_count() or 1, SIDEKIQ_DEFAULT_THREADS
+            else:
+                self.processes, self.threads = default_processes(), int(jobs_settings.CONCURRENCY)
 
     def launch(self) -> None:
         env = {**os.environ, "REDIS_URL": self.redis_url, "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "bench.settings"}
@@ -112,7 +144,9 @@ class Fleet:
             command = ["sidekiq", "-r", str(RUBY_DIR / "jobs.rb"), "-c", str(self.threads), "-q", SERVED_QUEUE, "-t", "5"]
             copies = self.processes
         else:
-            command = [sys.executable, str(ROOT / "manage.py"), "runworkers", "-P", str(self.processes), "-c", str(self.threads)]
+            command = [sys.executable, str(ROOT / "manage.py"), "runworkers"]
+            if not self.defaults:
+                command += ["-P", str(self.processes), "-c", str(self.threads)]
             command += ["-q", SERVED_QUEUE, "--fetch", self.system, "-t", "5"]
             copies = 1
         for _ in range(copies):
@@ -194,15 +228,27 @@ class Bench:
             return
         from bench import jobs
 
-        args = [self.python_iterations] if kind == "cpu" else []
+        args: list[object] = [self.python_iterations] if kind == "cpu" else []
+        if kind == "cache-incr":
+            from django.core.cache import cache
+
+            cache.set("bench:counter", 0, timeout=None)
+        if kind == "orm-get":
+            args = [self.orm_pk()]
         getattr(jobs, KINDS[kind]).set(queue=STAGING_QUEUE).perform_bulk([list(args) for _ in range(count)])
+
+    def orm_pk(self) -> int:
+        """The primary key of the row ``orm-get`` jobs read (created once)."""
+        from django.contrib.auth.models import User
+
+        return User.objects.get_or_create(username="bench")[0].pk
 
     def release(self) -> None:
         self.client.rename(f"queue:{STAGING_QUEUE}", f"queue:{SERVED_QUEUE}")
 
     def drain(self, system: str, kind: str, processes: int, threads: int, *, extras: bool) -> None:
         count = self.options.jobs
-        config = f"{processes}x{threads}"
+        config = config_name(processes, threads)
         self.client.flushall()
         fleet = Fleet(system, processes, threads, self.server.url, self.client)
         timeout = 60 + count / 200
@@ -277,7 +323,7 @@ class Bench:
 
     def run(self) -> None:
         options = self.options
-        configs = [tuple(int(part) for part in text.split("x")) for text in options.configs]
+        configs = [(0, 0) if text == "defaults" else tuple(int(part) for part in text.split("x")) for text in options.configs]
         for round_number in range(options.rounds):
             print(f"round {round_number + 1}/{options.rounds}, load {os.getloadavg()[0]:.2f}", flush=True)
             self.enqueue()
@@ -285,13 +331,15 @@ class Bench:
             for kind in options.kinds:
                 plan = [(processes, threads, systems) for processes, threads in configs]
                 if options.sweep:
-                    splits = SWEEP_CONFIGS if kind == "incr" else SWEEP_CONFIGS[:1]  # 4x5: the one-call job only
+                    splits = SWEEP_CONFIGS if kind in ("incr", "plain-incr") else SWEEP_CONFIGS[:1]  # 4x5: the one-call jobs only
                     plan += [(processes, threads, [name for name in systems if name != "basic"]) for processes, threads in splits]
                 for processes, threads, names in plan:
                     for system in names:
+                        if system == "sidekiq" and kind in PYTHON_ONLY_KINDS:
+                            continue
                         extras = kind == "empty" and (processes, threads) == configs[0]
                         self.drain(system, kind, processes, threads, extras=extras)
-                        print(f"  {kind} {processes}x{threads} {system} done", flush=True)
+                        print(f"  {kind} {config_name(processes, threads)} {system} done", flush=True)
         self.report(configs)
 
     def report(self, configs: list[tuple[int, ...]]) -> None:
@@ -322,9 +370,11 @@ class Bench:
         if self.options.sweep:
             print()
             for kind in self.options.kinds:
+                if kind in PYTHON_ONLY_KINDS:
+                    continue
                 best = {}
                 for system in ("sidekiq", "reliable"):
-                    splits = [*configs, *SWEEP_CONFIGS]
+                    splits = [split for split in [*configs, *SWEEP_CONFIGS] if split != (0, 0)]
                     best[system] = max((self.median(f"{kind} job, warm, {p}x{c}", system) or 0, f"{p}x{c}") for p, c in splits)
                 ratio = best["reliable"][0] / best["sidekiq"][0] if best["sidekiq"][0] else 0
                 print(
@@ -335,6 +385,23 @@ class Bench:
     def median(self, measure: str, system: str) -> float | None:
         values = self.results.get((measure, system))
         return statistics.median(values) if values else None
+
+
+def config_name(processes: int, threads: int) -> str:
+    return "defaults" if processes == 0 else f"{processes}x{threads}"
+
+
+def setup_django() -> None:
+    """Django set up for the benchmark process (the workers inherit its environment): a SQLite
+    database of its own for the ``orm-get`` kind, migrated, unless ``DATABASE_URL`` names one."""
+    if "DATABASE_URL" not in os.environ:
+        BENCH_DATABASE.parent.mkdir(exist_ok=True)
+        os.environ["DATABASE_URL"] = f"sqlite:///{BENCH_DATABASE}"
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", "auth", verbosity=0, interactive=False)
 
 
 def calibrate_python(microseconds: float) -> int:
@@ -355,7 +422,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
     parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
-    parser.add_argument("--configs", nargs="+", default=["2x10"], help="PxC, processes x threads (default 2x10)")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=["2x10"],
+        help="PxC, processes x threads (default 2x10); 'defaults': jobsapp with no -P/-c, Sidekiq one process per core with -c 10",
+    )
     parser.add_argument("--sweep", action="store_true", help="also 1x20 and 4x5 (Sidekiq and reliable fetch)")
     parser.add_argument("--latency-seconds", type=float, default=5.0)
     options = parser.parse_args()
@@ -364,9 +436,7 @@ def main() -> None:
 
     server = RedisServer().start()
     os.environ["REDIS_URL"] = server.url
-    import django
-
-    django.setup()
+    setup_django()
     try:
         Bench(options, server).run()
     finally:

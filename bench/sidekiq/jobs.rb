@@ -1,7 +1,7 @@
 # Ruby side of bench/side_by_side.py: loaded by real `sidekiq -r ./jobs.rb -q bench -c N` processes.
 #
 # The job bodies are the same as bench/jobs.py's: empty; one Redis INCR on the job's own pool
-# connection; a 1 ms sleep; a fixed CPU loop (calibrated by the benchmark to ~100 us in each
+# connection; one INCR through a plain Redis.new client made in this file; a 1 ms sleep; a fixed CPU loop (calibrated by the benchmark to ~100 us in each
 # language) plus one INCR; a latency probe. Logging is at WARN, as in Sidekiq's own load test.
 #
 # Completion: Sidekiq flushes its `stat:processed` counter only every 5 s, so a server middleware
@@ -10,6 +10,10 @@
 require "sidekiq"
 
 Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
+
+# The job file's own client, made as a Ruby user makes one: a plain Redis.new (thread-safe,
+# one connection shared by the process's threads), not Sidekiq's pool.
+USER_REDIS = Redis.new(url: ENV.fetch("REDIS_URL", "redis://127.0.0.1:6379/0"))
 
 module Bench
   LOCK = Mutex.new
@@ -74,6 +78,15 @@ class IncrJob
 
   def perform(*_args)
     Sidekiq.redis { |conn| conn.incr("bench:counter") }
+  end
+end
+
+class PlainIncrJob
+  include Sidekiq::Worker
+  sidekiq_options retry: false
+
+  def perform(*_args)
+    USER_REDIS.incr("bench:counter")
   end
 end
 
