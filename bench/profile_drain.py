@@ -59,7 +59,7 @@ def profiler(options: argparse.Namespace, pid: int) -> subprocess.Popen[bytes] |
         command = ["strace", "-c", "-f", "-p", str(pid), "-o", str(OUTPUT_DIR / "strace.txt")]
     elif options.py_spy:
         spy = str(Path(sys.executable).with_name("py-spy"))
-        command = [spy, "record", "--gil", "-r", "250", "-f", "raw", "-o", options.py_spy, "-p", str(pid)]
+        command = [spy, "record", *(["--gil"] if options.gil else []), "-r", "250", "-f", "raw", "-o", options.py_spy, "-p", str(pid)]
     else:
         return None
     started = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument("--strace", action="store_true")
     parser.add_argument("--strace-seconds", type=float, default=2.0)
     parser.add_argument("--py-spy", metavar="FILE")
+    parser.add_argument("--no-gil", dest="gil", action="store_false", help="py-spy samples every active thread, not only the GIL holder")
     options = parser.parse_args()
 
     if options.system == "sidekiq" and options.kind in PYTHON_ONLY_KINDS:
