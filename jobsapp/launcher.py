@@ -24,7 +24,12 @@ The timeouts watchdog's hard limit (``TIMEOUT_HARD_LIMIT_SECONDS``) runs the sam
 as a second TERM would, after filing the stuck job, and exits with ``EXIT_HARD_LIMIT``.
 
 With ``-P N`` the supervisor (supervisor.py) forks N children, each running ``run_child``: a
-``WorkerProcess`` with its own identity in its own slot.
+``WorkerProcess`` with its own identity in its own slot; a child the hard limit stopped (exit
+``EXIT_HARD_LIMIT``) is restarted by the supervisor. ``-P 1`` has no parent process (signals,
+pid and memory are the worker's own): after the hard limit the process executes its own
+command line again (``restart_in_place``: same pid, a fresh image without the stuck thread,
+a new identity), paced like the supervisor's restarts; a TERM or INT received meanwhile wins
+and the process exits.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ from .processor import Processor
 from .recovery import Quarantine, Sweeper, claim_slot, recover_list
 from .retry import RetryPolicy
 from .scheduler import Scheduler
-from .supervisor import Supervisor
+from .supervisor import MAX_RESTART_DELAY_SECONDS, RESTARTS_PER_MINUTE, Supervisor
 from .timeouts import Watchdog
 
 logger = logging.getLogger("jobsapp.launcher")
@@ -237,6 +242,7 @@ class WorkerProcess:
         self._stop_requested_at: float | None = None
         self._pending_signals: deque[str] = deque()
         self.exit_code = 0  # EXIT_HARD_LIMIT after a job ignored JobTimeout past the hard limit
+        self.stop_signalled = False  # TERM or INT arrived: the operator wants the process gone
 
     # Signals arrive from the OS (handler in the main thread) or from the heartbeat thread
     # (through Redis). Both only append to a deque: a signal handler must never take a lock the
@@ -248,6 +254,7 @@ class WorkerProcess:
         while self._pending_signals:
             name = self._pending_signals.popleft()
             if name in ("TERM", "INT"):
+                self.stop_signalled = True
                 # With -P, one Ctrl-C reaches a child twice (from the terminal and forwarded by the
                 # parent): only a stop signal a second or more after the first one hurries.
                 now = self.clock.monotonic()
@@ -267,6 +274,10 @@ class WorkerProcess:
                 self.stop_requested.set()
             else:
                 logger.warning("ignoring unknown signal %r", name)
+
+    def stop_asked(self) -> bool:
+        """Whether TERM or INT arrived (those still pending included): the process must end."""
+        return self.stop_signalled or any(name in ("TERM", "INT") for name in self._pending_signals)
 
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self.on_signal("TERM"))
@@ -489,11 +500,40 @@ def run_child(options: WorkerOptions, slot_number: int) -> int:
     return process.run()
 
 
+#: The environment variable carrying the monotonic times of a -P 1 process's restarts in place.
+RESTARTS_ENVIRONMENT_KEY = "JOBSAPP_RESTARTED_IN_PLACE_AT"
+
+
+def restart_in_place(*, clock: Clock = SYSTEM_CLOCK) -> None:
+    """Execute this process's own command line again (``-P 1`` after the hard limit): the same
+    pid, a fresh interpreter without the stuck thread. Paced like the supervisor's restarts (the
+    monotonic clock is the machine's, so it survives the exec). Does not return."""
+    now = clock.monotonic()
+    history = [float(moment) for moment in os.environ.get(RESTARTS_ENVIRONMENT_KEY, "").split(",") if moment]
+    history = [moment for moment in history if moment > now - 60] + [now]
+    delay_seconds = 0.0
+    if len(history) > RESTARTS_PER_MINUTE:  # a crash loop: wait, as the supervisor does for a slot
+        delay_seconds = min(MAX_RESTART_DELAY_SECONDS, 2.0 ** (len(history) - RESTARTS_PER_MINUTE))
+    logger.error("restarting this worker process in place in %.0f s (-P 1 has no parent process to restart it)", delay_seconds)
+    clock.wait(threading.Event(), delay_seconds)
+    os.environ[RESTARTS_ENVIRONMENT_KEY] = ",".join(f"{moment:.3f}" for moment in history)
+    logging.shutdown()  # flush every handler: the exec drops what is buffered
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])  # noqa: S606  # our own command line, no shell
+
+
 def run(options: WorkerOptions) -> int:
     """Run workers in the foreground until stopped; returns the exit code."""
     faulthandler.enable()
     if options.processes <= 1:
         process = WorkerProcess(options)
         process.install_signal_handlers()
-        return process.run()
+        code = process.run()
+        if code == EXIT_HARD_LIMIT:
+            for signum in (signal.SIGTERM, signal.SIGINT):  # from here on a stop signal ends the process at once
+                signal.signal(signum, signal.SIG_DFL)
+            if not process.stop_asked():
+                restart_in_place()
+        return code
     return Supervisor(processes=options.processes, timeout_seconds=options.timeout_seconds, run_child=partial(run_child, options)).run()

@@ -63,3 +63,37 @@ def test_children_start_with_the_parent_s_objects_frozen_out_of_the_gc():
         os.close(writer)
     assert os.waitstatus_to_exitcode(status) == 0
     assert frozen_in_child > 10_000  # Django and the engine, imported before the fork
+
+
+@pytest.mark.slow
+def test_a_single_process_stopped_by_the_hard_limit_restarts_in_place_and_runs_the_next_job(redis_server, redis):
+    import json
+
+    from tests.testapp.jobs import RAN_KEY, BlockInC, Record
+    from tests.workers import WorkerProcess, wait_until
+
+    # Given -P 1 (no parent process) with a hard limit of 1 s past a job's timeout, and a job
+    # stuck 60 s in one C call (JobTimeout cannot interrupt it) under a 1 s timeout
+    overrides = json.dumps({"TIMEOUT_HARD_LIMIT_SECONDS": 1})
+    with WorkerProcess(["-P", "1", "-c", "2"], {"JOBSAPP_TEST_OVERRIDES": overrides}, redis_url=redis_server.url) as worker:
+        first_identity = worker.identity
+        BlockInC.set(timeout=1).perform_async(60, "stuck")
+        # When the hard limit stops the process
+        wait_until(lambda: "restarting this worker process in place" in worker.output, timeout_seconds=30, message="restart")
+        # Then the same pid comes back as a new worker process (a new identity in Redis)
+        wait_until(
+            lambda: any(
+                identity.decode() != first_identity and json.loads(redis.hget(identity, "info") or "{}").get("pid") == worker.pid
+                for identity in redis.smembers("processes")
+            ),
+            timeout_seconds=30,
+            message="the process registered again under the same pid",
+        )
+        assert worker.process.poll() is None, "the process did not exit"
+        # and the next job runs
+        Record.perform_async("after the restart")
+        wait_until(lambda: b"after the restart" in redis.lrange(RAN_KEY, 0, -1), timeout_seconds=30, message="the next job ran")
+        # and the stuck job was filed for a retry, not lost
+        assert redis.zcard("retry") == 1
+    # and a TERM still stops it cleanly
+    assert worker.process.returncode == 0, worker.output[-3000:]
