@@ -10,16 +10,20 @@ Sidekiq Pro's semantics: ``on_complete`` fires once every job has run once, succ
 (a job being retried counts as run); ``on_success`` once every job's last run succeeded (it may
 come later, when a retried job finally succeeds; never while a job sits in the dead set). Each
 fires at most once, pushed by ``batch_update.lua`` in the same script that counts the job that
-made it due, so racing workers on any host push it exactly once. While a ``jobs()`` block runs
+made it due, so racing workers on any host push it exactly once. Each job is counted once by its
+jid (the ``succeeded`` and ``failed`` sets), however often its outcome is reported: a job that
+finished just before its process died runs again and is not counted twice, so a callback never
+fires before every job has run. While a ``jobs()`` block runs
 the batch holds one extra pending unit, so no callback fires while jobs are still being added; a
 block can be entered again later (or from several threads) to add more, until it has completed.
 
 The client adds ``"bid"`` to each job pushed in the block and counts it in the same pipeline
-(MULTI) as the push; the processor calls ``job_finished`` when a job with a ``bid`` succeeds or
-fails. Jobs without a batch pay a ContextVar read at push and a dict lookup at run. Keys
-(keys.batch, keys.batch_failed) live ``BATCH_TTL_SECONDS`` after their last update. For jobs
-tracked in the database, ``Task.objects.launch(on_complete=..., on_success=...)`` is the same
-idea with progress and events.
+(MULTI) as the push; the "job ended" door (``jobsapp.ending``) calls ``job_finished`` when a job
+with a ``bid`` succeeds, fails, expires or is buried. Jobs without a batch pay a ContextVar read
+at push and a dict lookup at run. Keys (keys.batch, keys.batch_failed, keys.batch_succeeded)
+live ``BATCH_TTL_SECONDS`` after their last update. For jobs tracked in the database,
+``Task.objects.launch(on_complete=..., on_success=...)`` is the same idea with progress and
+events.
 """
 
 from __future__ import annotations

@@ -187,3 +187,8 @@ def batch(bid: str) -> str:
 def batch_failed(bid: str) -> str:
     """SET of the jids of a batch that failed and have not succeeded since."""
     return f"jobsapp:batch:{bid}:failed"
+
+
+def batch_succeeded(bid: str) -> str:
+    """SET of the jids of a batch that succeeded (each is counted once, however often it runs)."""
+    return f"jobsapp:batch:{bid}:succeeded"

@@ -216,6 +216,7 @@ def batch_update(
             keys.QUEUES,
             keys.queue(complete_queue) if complete_queue else "",
             keys.queue(success_queue) if success_queue else "",
+            keys.batch_succeeded(bid),
         ],
         [event, jid, bid, complete_jid, success_jid, ttl_seconds],
     )

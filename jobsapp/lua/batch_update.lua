@@ -3,15 +3,21 @@
 -- "pending" counts the jobs that have not run once yet, plus 1 for each jobs() block still
 -- running, so no callback fires while jobs are still being added. A job
 -- "has run once" when it succeeded or failed (the first failure of a retried job counts);
--- the failed SET holds the jobs whose last run failed. on_complete fires when pending reaches
--- 0; on_success when pending is 0 and no job's last run failed (so it may fire later, once a
--- retried job succeeds).
+-- the failed SET holds the jobs whose last run failed, the succeeded SET the jobs that
+-- succeeded. Each jid is counted once, however often its outcome is reported (delivery is at
+-- least once: a job that finished just before its process died runs again): a second success
+-- or failure of a jid changes nothing; a success after a failure moves it from failed to
+-- succeeded (as Sidekiq Pro does); a failure after a success changes nothing (its work was
+-- done). So pending never goes below 0, and succeeded never exceeds total.
+-- on_complete fires when pending reaches 0; on_success when pending is 0 and no job's last run
+-- failed (so it may fire later, once a retried job succeeds).
 --
 -- KEYS[1] -> jobsapp:batch:<bid> HASH
 -- KEYS[2] -> jobsapp:batch:<bid>:failed SET
 -- KEYS[3] -> queues SET
 -- KEYS[4] -> queue:<on_complete queue> LIST ('' when none)
 -- KEYS[5] -> queue:<on_success queue> LIST ('' when none)
+-- KEYS[6] -> jobsapp:batch:<bid>:succeeded SET
 -- ARGV[1] -> "succeeded", "failed", "close" (a jobs() block ended) or "withdrawn" (a refused push)
 -- ARGV[2] -> the job's jid ('' for close)
 -- ARGV[3] -> the batch id
@@ -33,11 +39,15 @@ elseif event == 'withdrawn' then
   redis.call('HINCRBY', KEYS[1], 'total', -1)
   redis.call('HINCRBY', KEYS[1], 'pending', -1)
 elseif event == 'succeeded' then
-  redis.call('HINCRBY', KEYS[1], 'succeeded', 1)
-  if redis.call('SREM', KEYS[2], ARGV[2]) == 0 then
-    redis.call('HINCRBY', KEYS[1], 'pending', -1)
+  if redis.call('SADD', KEYS[6], ARGV[2]) == 1 then
+    -- its first success: counted; it leaves failed, or it had not run yet
+    redis.call('HINCRBY', KEYS[1], 'succeeded', 1)
+    if redis.call('SREM', KEYS[2], ARGV[2]) == 0 then
+      redis.call('HINCRBY', KEYS[1], 'pending', -1)
+    end
   end
-else
+elseif redis.call('SISMEMBER', KEYS[6], ARGV[2]) == 0 then
+  -- failed, and never succeeded: its first failure counts as its run
   if redis.call('SADD', KEYS[2], ARGV[2]) == 1 then
     redis.call('HINCRBY', KEYS[1], 'pending', -1)
   end
@@ -74,4 +84,5 @@ if pending <= 0 then
 end
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[6]))
 redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
+redis.call('EXPIRE', KEYS[6], tonumber(ARGV[6]))
 return {pending, table.concat(fired, ',')}

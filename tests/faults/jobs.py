@@ -11,6 +11,7 @@ id wherever the job is (queue, schedule, retry, dead, in flight).
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import time
 
@@ -104,6 +105,39 @@ class MemoryHogJob(Job):
         ledger_client().hincrby(ATTEMPTS, ledger_id, 1)
         hoard = bytearray(1 << 46)  # 64 TiB
         ledger_client().hincrby(DONE, ledger_id, len(hoard))
+
+
+#: Scenario 13 (batches): HASH id -> epoch time a batch member first finished; LIST of callback runs.
+FIRST_FINISHED = "ledger:first_finished"
+BATCH_CALLBACKS = "ledger:batch_callbacks"
+
+
+class BatchLedgerJob(Job):
+    """A batch member: records its attempt, sleeps ``sleep_ms``, records that it finished (and
+    when it first did)."""
+
+    def perform(self, ledger_id, sleep_ms=0):
+        ledger_client().hincrby(ATTEMPTS, ledger_id, 1)
+        if sleep_ms:
+            time.sleep(sleep_ms / 1000)
+        ledger = ledger_client().pipeline(transaction=False)
+        ledger.hsetnx(FIRST_FINISHED, ledger_id, repr(time.time()))
+        ledger.hincrby(DONE, ledger_id, 1)
+        ledger.execute()
+
+
+class BatchCompleteLedgerJob(Job):
+    """A batch's on_complete: records its run, the counts it was told, and when it started."""
+
+    def perform(self, bid, counts):
+        ledger_client().rpush(BATCH_CALLBACKS, json.dumps({"kind": "complete", "bid": bid, "counts": counts, "at": time.time()}))
+
+
+class BatchSuccessLedgerJob(Job):
+    """A batch's on_success: as ``BatchCompleteLedgerJob``."""
+
+    def perform(self, bid, counts):
+        ledger_client().rpush(BATCH_CALLBACKS, json.dumps({"kind": "success", "bid": bid, "counts": counts, "at": time.time()}))
 
 
 from tracking import TrackedJob  # noqa: E402

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from jobsapp.batch import Batch
+from jobsapp.batch import Batch, job_finished
 from jobsapp.connection import get_redis
 from jobsapp.fetch import UnitOfWork
 from jobsapp.payload import decode
@@ -139,3 +139,26 @@ def test_a_batch_without_redis_raises_the_documented_error(settings):
     with pytest.raises(RedisUnavailable, match="Redis is unavailable"), Batch().jobs():
         entered.append(True)
     assert entered == []
+
+
+def test_each_job_counts_once_however_often_its_outcome_is_reported(redis):
+    # Given a batch of three jobs, all pushed
+    batch = Batch(on_complete=BatchComplete, on_success=BatchSuccess)
+    with batch.jobs():
+        jids = [BatchMember.perform_async(name) for name in ("a", "b", "c")]
+    items = [{"jid": jid, "bid": batch.bid} for jid in jids]
+    # When "a" succeeds twice (it ran again after a crash before its ack), "b" fails twice and
+    # then succeeds, and "c" succeeds and then a re-run of it fails
+    job_finished(get_redis(), items[0], succeeded=True)
+    job_finished(get_redis(), items[0], succeeded=True)
+    job_finished(get_redis(), items[1], succeeded=False)
+    job_finished(get_redis(), items[1], succeeded=False)
+    assert callbacks(redis) == []  # "c" has not run: nothing may fire
+    job_finished(get_redis(), items[1], succeeded=True)
+    job_finished(get_redis(), items[2], succeeded=True)
+    job_finished(get_redis(), items[2], succeeded=False)
+    # Then each job counted once, nothing is pending, and each callback fired once with those counts
+    status = batch.status()
+    assert status is not None and (status.total, status.succeeded, status.failed, status.pending) == (3, 3, 0, 0)
+    counts = {"total": 3, "succeeded": 3, "failed": 0}
+    assert callbacks(redis) == [(BatchComplete.wire_name(), [batch.bid, counts]), (BatchSuccess.wire_name(), [batch.bid, counts])]
