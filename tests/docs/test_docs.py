@@ -65,3 +65,19 @@ def test_the_readme_is_a_front_door_with_the_quickstart_and_links_that_resolve()
     assert relative, "the README links to the docs"
     broken = [target for target in relative if not (ROOT / target).exists()]
     assert not broken, f"README.md links to missing files: {broken}"
+
+
+def install_blocks(text: str) -> dict[str, str]:
+    """The fenced blocks marked ``<!-- install: <label> -->``, by label."""
+    return dict(re.findall(r"<!-- install: (.*?) -->\n```python\n(.*?)```", text, re.DOTALL))
+
+
+def test_the_docs_install_blocks_are_the_readmes_which_a_fresh_project_runs():
+    # Given the README's install blocks (tests/packaging/test_fresh_project.py applies them to a
+    # fresh startproject) and the docs pages that show them too
+    readme = install_blocks((ROOT / "README.md").read_text())
+    assert {"settings.py full", "urls.py full", "test_jobs.py"} <= set(readme)
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        # Then every block a page marks is the README's, byte for byte
+        for label, block in install_blocks(page.read_text()).items():
+            assert readme.get(label) == block, f"{page.relative_to(ROOT)}: the block 'install: {label}' differs from the README's"
