@@ -78,6 +78,7 @@ ENTRY_ERRORS = (ValueError, OverflowError, redis.ResponseError)
 OUTAGE_RESPONSES = (redis.exceptions.ReadOnlyError, redis.exceptions.OutOfMemoryError, redis.exceptions.NoScriptError)
 
 _declared: dict[str, dict[str, Any]] = {}
+_declared_by: dict[str, set[str]] = {}  # names declared by another source (``declare``)
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,15 @@ def periodic_job(
         return cls
 
     return apply
+
+
+def declare(specs: dict[str, dict[str, Any]], *, source: str) -> None:
+    """Entries from another source (``jobsapp.celery``'s ``beat_schedule``), in ``PERIODIC``'s
+    format, checked with the others when the workers start; replaces that source's earlier ones."""
+    for name in _declared_by.pop(source, set()):
+        _declared.pop(name, None)
+    _declared.update(specs)
+    _declared_by[source] = set(specs)
 
 
 def _job_class(name: str, value: object) -> type[Job]:

@@ -210,3 +210,9 @@ def write_outcome(jid: str, fields: Fields, *, retain_seconds: float) -> None:
     run): ``status`` and error fields, indexed with the finished jobs. Logged, never raised, on a
     Redis error."""
     recorder._write(jid, {"jid": jid, "finished_at": repr(now()), **fields}, ttl_seconds=retain_seconds, finished=True, wait=True)
+
+
+def write_fields(jid: str, fields: Fields, *, retain_seconds: float) -> None:
+    """Add fields to a record while its job runs (a state the job reports itself), in order with
+    the writer's other changes to it; waits until written. Logged, never raised, on a Redis error."""
+    recorder._write(jid, {"jid": jid, **fields}, ttl_seconds=retain_seconds, wait=True)

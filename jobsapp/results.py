@@ -71,6 +71,10 @@ FINISHED_STATUSES = (SUCCEEDED, FAILED)
 
 #: Payload option that turns results on, in seconds.
 RETAIN_OPTION = "retain"
+#: Record fields a running job writes about itself (``jobsapp.celery``'s ``update_state``, ``Ignore``).
+CUSTOM_STATE_FIELD = "custom_state"
+CUSTOM_META_FIELD = "custom_meta"
+IGNORED_FIELD = "ignored"
 #: Longest traceback text kept (the end of it, where the error is).
 TRACEBACK_MAX_CHARS = 20_000
 
@@ -238,6 +242,11 @@ class JobResult:
     worker: str
     worker_ids: list[str]  # per attempt, oldest first (Django's TaskResult.worker_ids)
     retain_seconds: float | None
+    # a state the job reported itself while running (Celery's ``update_state``) and its metadata;
+    # ``ignored``: the job said to record nothing more about it (Celery's ``Ignore``)
+    custom_state: str = ""
+    custom_meta: Any = None
+    ignored: bool = False
 
     @property
     def ready(self) -> bool:
@@ -280,6 +289,9 @@ class JobResult:
             worker=fields.get("worker", ""),
             worker_ids=[fields[name] for name in sorted((name for name in fields if name.startswith("worker.")), key=_attempt_key)],
             retain_seconds=_float(fields, "retain_seconds"),
+            custom_state=fields.get(CUSTOM_STATE_FIELD, ""),
+            custom_meta=_json(fields, CUSTOM_META_FIELD, None),
+            ignored=fields.get(IGNORED_FIELD) == "1",
         )
 
     def as_dict(self) -> dict[str, Any]:

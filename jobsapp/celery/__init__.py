@@ -11,15 +11,28 @@
 
 Tasks live in an app's ``tasks.py`` (autodiscovered) and are registered as jobs when defined,
 under their Celery name (``module.function`` unless ``name=`` says otherwise); results come from
-the engine's result store. What Celery has and this does not is in docs/celery.md's table: such
-options are accepted with a one-time ``RuntimeWarning``, or refused with ``TypeError``.
+the engine's result store. Celery's module paths are mirrored (``jobsapp.celery.exceptions``,
+``.result``, ``.states``, ``.schedules``, ``.utils.log``). What Celery has and this does not is in
+docs/celery.md's table: such options are accepted with a one-time ``RuntimeWarning``, or refused
+with ``TypeError``.
 """
 
 from .app import Celery
 from .canvas import Signature, chain, chord, group, signature, subtask
 from .control import revoke
-from .exceptions import ChordError, MaxRetriesExceededError, Retry, TaskFailure, TaskRevokedError, TimeoutError
-from .result import AsyncResult, GroupResult
+from .exceptions import (
+    ChordError,
+    Ignore,
+    MaxRetriesExceededError,
+    Reject,
+    Retry,
+    SoftTimeLimitExceeded,
+    TaskFailure,
+    TaskRevokedError,
+    TimeLimitExceeded,
+    TimeoutError,
+)
+from .result import AsyncResult, EagerResult, GroupResult
 from .task import Context, NotRegistered, Task, shared_task, task
 
 __all__ = [
@@ -27,14 +40,19 @@ __all__ = [
     "Celery",
     "ChordError",
     "Context",
+    "EagerResult",
     "GroupResult",
+    "Ignore",
     "MaxRetriesExceededError",
     "NotRegistered",
+    "Reject",
     "Retry",
     "Signature",
+    "SoftTimeLimitExceeded",
     "Task",
     "TaskFailure",
     "TaskRevokedError",
+    "TimeLimitExceeded",
     "TimeoutError",
     "chain",
     "chord",

@@ -5,6 +5,11 @@ pushes a task by name for workers that define it (the caller does not need its c
 Celery's does. Configuration is Django's and the engine's (``JOBSAPP``): ``config_from_object``
 and the broker/backend arguments are accepted and ignored with a one-time warning, and
 ``autodiscover_tasks`` has nothing to do (``tasks.py`` of every installed app is imported).
+
+``app.conf`` is a dict that also answers attributes (``app.conf.beat_schedule = {...}``,
+``app.conf.update(...)``). Two settings are read: ``beat_schedule`` (with ``timezone``) is handed
+to the engine's periodic scheduler as soon as it is set (schedules.py); the others are kept and
+not used.
 """
 
 from __future__ import annotations
@@ -18,7 +23,12 @@ from .control import revoke
 from .options import check_options, warn_unsupported
 from .result import AsyncResult
 from .result import AsyncResult as _AsyncResult  # the class, where a method named AsyncResult shadows it
-from .task import ENGINE_RETRY_LIMIT, EXPIRES_KEY, RESULT_EXPIRES_SECONDS, _epoch, _jsonable, shared_task
+from .schedules import declare_beat_schedule
+from .task import ENGINE_RETRY_LIMIT, EXPIRES_KEY, RESULT_EXPIRES_SECONDS, TaskDecorator, _epoch, _jsonable, _tasks, shared_task
+from .task import Task as _Task  # the class, where an attribute named Task shadows it
+
+#: The ``app.conf`` settings that change what runs (the others are kept, unused).
+_SCHEDULE_SETTINGS = frozenset({"beat_schedule", "timezone"})
 
 
 class _Control:
@@ -29,17 +39,60 @@ class _Control:
         return revoke(task_id, terminate=terminate, **options)
 
 
+class Settings(dict[str, Any]):
+    """``app.conf``: Celery's settings by key or attribute; ``beat_schedule`` feeds the periodic scheduler."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        super().__setitem__(name, value)
+        if name in _SCHEDULE_SETTINGS:
+            self._declare_schedule()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for name, value in dict(*args, **kwargs).items():
+            self[name] = value
+
+    def setdefault(self, name: str, default: Any = None) -> Any:
+        if name not in self:
+            self[name] = default
+        return self[name]
+
+    def _declare_schedule(self) -> None:
+        """Hand ``beat_schedule`` to the periodic scheduler (ImproperlyConfigured for what it cannot run)."""
+        beat_schedule = self.get("beat_schedule")
+        if beat_schedule is not None:
+            timezone = self.get("timezone")
+            declare_beat_schedule(beat_schedule, timezone=str(timezone) if timezone else None)
+
+
 class Celery:
     """A stand-in for ``celery.Celery`` in a project that moved to jobsapp."""
 
+    #: The base class of tasks (``class MyTask(app.Task)``).
+    Task: type[_Task[Any, Any]] = _Task
+
     def __init__(self, main: str | None = None, *args: Any, **options: Any) -> None:
         self.main = main
-        self.conf: dict[str, Any] = {}
+        self.conf = Settings()
         self.control = _Control()
         if args or options:
             warn_unsupported("Celery(broker=..., backend=..., ...)", "Redis and results are JOBSAPP settings")
 
-    task = staticmethod(shared_task)
+    #: ``@app.task``, ``@app.task()``, ``@app.task(bind=True, base=..., ...)``: ``shared_task``.
+    task: TaskDecorator = shared_task
+
+    @property
+    def tasks(self) -> dict[str, _Task[Any, Any]]:
+        """The tasks defined in this process, by name (a copy)."""
+        return dict(_tasks)
 
     def config_from_object(self, obj: Any, silent: bool = False, force: bool = False, namespace: str | None = None) -> None:
         warn_unsupported("config_from_object", "Celery settings are not read: see docs/celery.md's migration guide")

@@ -19,8 +19,6 @@ IGNORED_OPTIONS: dict[str, str] = {
     "acks_late": "jobs are always acknowledged after they run (reliable fetch)",
     "acks_on_failure_or_timeout": "a failed job is filed in retry or dead, never lost",
     "reject_on_worker_lost": "jobs of a dead worker are always recovered",
-    "time_limit": "there is no hard time limit per task",
-    "soft_time_limit": "there is no soft time limit per task",
     "rate_limit": "use jobsapp.limiter or JOBSAPP['QUEUE_LIMITS']",
     "priority": "the engine orders work by queue: use a queue per priority",
     "exchange": "there are no AMQP exchanges: queue= is the only routing",

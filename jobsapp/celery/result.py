@@ -55,6 +55,12 @@ def _exception_for(record: results.JobResult) -> BaseException:
     return TaskFailure(path, record.error_message)
 
 
+def _reports_own_state(record: results.JobResult) -> bool:
+    """The task reported a state of its own (``update_state``) that still stands: while it runs,
+    or for good when it raised ``Ignore``."""
+    return record.ignored or (bool(record.custom_state) and record.status == results.RUNNING)
+
+
 class ResultBase:
     """Celery's common base of result handles."""
 
@@ -94,6 +100,8 @@ class AsyncResult(ResultBase, Generic[Returned]):
         record = self._record()
         if record is None:
             return PENDING
+        if _reports_own_state(record):
+            return record.custom_state or PENDING  # type: ignore[return-value]  # a state of the task's own (update_state)
         if record.failed and record.error_class == REVOKED_ERROR:
             return REVOKED  # type: ignore[return-value]  # Celery's REVOKED, absent from celery-types' Literal
         return _STATES.get(record.status, PENDING)  # type: ignore[return-value]
@@ -115,6 +123,8 @@ class AsyncResult(ResultBase, Generic[Returned]):
         record = self._record()
         if record is None:
             return None  # type: ignore[return-value]
+        if _reports_own_state(record):
+            return record.custom_meta  # update_state's meta
         if record.succeeded:
             return record.value
         if record.error_class and record.status in (results.FAILED, results.RETRYING):
@@ -134,7 +144,10 @@ class AsyncResult(ResultBase, Generic[Returned]):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             record = self._record()
-            if record is not None and record.ready:
+            if record is not None and record.ignored:  # Ignore: only a SUCCESS it stored itself is an outcome
+                if record.custom_state == SUCCESS:
+                    return record.custom_meta
+            elif record is not None and record.ready:
                 if record.succeeded:
                     return record.value
                 error = _exception_for(record)
@@ -230,3 +243,53 @@ class GroupResult(AsyncResult[list[Any]]):
     ) -> None:
         for each in self.results:
             each.revoke(terminate=terminate)
+
+
+class EagerResult(AsyncResult[Returned]):
+    """The result of ``Task.apply``: the task already ran in this thread; nothing is read from Redis."""
+
+    def __init__(self, id: str, ret_value: Any, state: str, traceback: str | None = None, name: str | None = None) -> None:
+        super().__init__(id, task_name=name)
+        self._value = ret_value
+        self._state = state
+        self._traceback = traceback
+
+    def __repr__(self) -> str:
+        return f"<EagerResult: {self.id}>"
+
+    @property
+    def state(self) -> State:
+        return self._state  # type: ignore[return-value]  # any state: a task's own ones too
+
+    status = state
+
+    @property
+    def result(self) -> Returned | BaseException:
+        return self._value
+
+    info = result
+
+    @property
+    def traceback(self) -> str | None:
+        return self._traceback
+
+    def ready(self) -> bool:
+        return True
+
+    def get(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5, **options: Any) -> Returned:
+        """The value; the task's exception is raised (``propagate``) or returned."""
+        if self._state in (FAILURE, REVOKED) and isinstance(self._value, BaseException):
+            if propagate:
+                raise self._value
+            return self._value  # type: ignore[return-value]
+        return self._value
+
+    wait = get
+
+    def forget(self) -> None:
+        """Nothing is stored for an eager result."""
+
+    def revoke(
+        self, connection: Any = None, terminate: bool = False, signal: str | None = None, wait: bool = False, timeout: float | None = None
+    ) -> None:
+        self._state = REVOKED

@@ -5,8 +5,13 @@ Producing side (any thread): ``delay``/``apply_async`` push a Sidekiq item throu
 ``retain`` set so ``AsyncResult`` can read the outcome (unless ``ignore_result``); ``countdown``
 and ``eta`` go to the schedule set; ``task_id`` becomes the jid.
 
+A task is an instance of a subclass of ``Task`` (of ``base=`` when given) made by the decorator,
+as Celery makes them: options are class attributes, the function is ``run``.
+
 Consuming side (a processor thread): the task's ``CeleryJob`` sets ``self.request`` (id, retries,
-args, kwargs...), runs the function (given the task first with ``bind=True``), and on success
+args, kwargs...), runs the function (given the task first with ``bind=True``) as Celery's tracer
+does (``before_start``, ``soft_time_limit``, ``on_success`` / ``on_failure`` / ``on_retry`` /
+``after_return``: see trace.py), and on success
 pushes what follows it (the next step of a chain, a chord's callback once every header task has
 succeeded: a HASH per chord, ``keys.chord``, filled with HSETNX so exactly one worker sees it
 complete). Failures follow Celery's rules through the engine's retry machinery:
@@ -17,33 +22,54 @@ complete). Failures follow Celery's rules through the engine's retry machinery:
   ``MaxRetriesExceededError``);
 - any other exception fails the task at once: the dead set (an operator may retry it by hand),
   FAILURE in its result, and the steps of its chain and its chord's callback are marked failed
-  with its error (``AsyncResult.get()`` of a chain's last task raises it, as Celery's does).
+  with its error (``AsyncResult.get()`` of a chain's last task raises it, as Celery's does);
+- ``Ignore``: acknowledged, nothing more recorded, nothing follows; ``Reject``: the dead set
+  (FAILURE), or with ``requeue=True`` back to the queue through the retry set.
+
+``update_state`` writes a state and metadata of the task's own into its result record (the
+results writer's thread, in order with the record's other changes), shown by ``AsyncResult``
+while the task runs. ``apply`` runs a task eagerly in the caller's thread (``EagerResult``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import inspect
 import random
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from .. import aio, keys, result_writer, results, timeouts
 from ..connection import get_redis
+from ..errors import JobTimeout
 from ..functions import FunctionJob, dotted_path, job_class_for
-from ..payload import Item, compact_json, now
-from .exceptions import ChordError, MaxRetriesExceededError, Retry, TaskRevokedError
+from ..payload import RECOVERED_KEY, Item, check_json_native, compact_json, new_jid, now
+from .exceptions import (
+    ChordError,
+    Ignore,
+    MaxRetriesExceededError,
+    Reject,
+    Retry,
+    SoftTimeLimitExceeded,
+    TaskPredicate,
+    TaskRevokedError,
+    TimeLimitExceeded,
+)
 from .options import check_options
-from .result import AsyncResult
+from .result import AsyncResult, EagerResult
 from .result import AsyncResult as _AsyncResult  # the class, where a method named AsyncResult shadows it
+from .states import FAILURE, IGNORED, REJECTED, SUCCESS
+from .trace import ExceptionInfo, call_handler, soft_limit
 
 if TYPE_CHECKING:
     from .canvas import Signature
 
 Params = ParamSpec("Params")
 Returned = TypeVar("Returned", covariant=True)
+TaskType = TypeVar("TaskType", bound="Task[Any, Any]")
 
 #: How long results are kept (Celery's ``result_expires`` default: one day).
 RESULT_EXPIRES_SECONDS = 24 * 3600
@@ -55,6 +81,7 @@ CHAIN_KEY = "celery_chain"  # the steps to push after this one succeeds (signatu
 CHORD_KEY = "celery_chord"  # {"id", "header": [jids], "body": signature dict}
 EXPIRES_KEY = "celery_expires_at"  # epoch seconds after which the task is revoked unrun
 HEADERS_KEY = "celery_headers"
+SOFT_TIME_LIMIT_KEY = "celery_soft_time_limit"  # seconds; the hard one is the engine's "timeout"
 
 _tasks_lock = threading.Lock()
 _tasks: dict[str, Task[Any, Any]] = {}
@@ -103,10 +130,39 @@ class Context:
         self.delivery_info: dict[str, Any] = {}
         self.hostname: str | None = None
         self.task: str | None = None
+        self.timelimit: tuple[float | None, float | None] = (None, None)
+        # where update_state reports: the result record's lifetime, a tracked job's event handle,
+        # and an eager run's state (Task.apply keeps it in the EagerResult, not in Redis)
+        self.retain_seconds: float | None = None
+        self.task_event: Any = None
+        self.eager_state: tuple[str, Any] | None = None
         self.__dict__.update(fields)
 
     def __repr__(self) -> str:
         return f"<Context {self.__dict__!r}>"
+
+
+_running = threading.local()  # the requests of the tasks running in this thread (innermost last)
+
+
+def current_request() -> tuple[Task[Any, Any], Context] | None:
+    """The task running in this thread and its request, None outside one (task loggers read it)."""
+    stack: list[tuple[Task[Any, Any], Context]] = getattr(_running, "stack", [])
+    return stack[-1] if stack else None
+
+
+@contextlib.contextmanager
+def _requesting(task: Task[Any, Any], request: Context) -> Iterator[None]:
+    """``task.request`` (and ``current_request()``) is ``request`` inside this block, in this thread."""
+    own = task._local.__dict__.setdefault("stack", [])
+    shared = _running.__dict__.setdefault("stack", [])
+    own.append(request)
+    shared.append((task, request))
+    try:
+        yield
+    finally:
+        own.pop()
+        shared.pop()
 
 
 class CeleryJob(FunctionJob):
@@ -127,59 +183,72 @@ class CeleryJob(FunctionJob):
 
 
 class Task(Generic[Params, Returned]):
-    """A Celery-style task: call it, ``delay`` it, ``apply_async`` it, sign it."""
+    """A Celery-style task: call it, ``delay`` it, ``apply_async`` it, ``apply`` it, sign it.
+
+    The decorators make one subclass per function (of ``base=`` when given, which must subclass
+    this class) and one instance of it, as Celery does: the options are class attributes, the
+    function is ``run``, and a ``base=`` class may add attributes, properties (a cached database
+    connection) and the handlers below. ``__init__`` takes no arguments and may be overridden.
+    """
 
     MaxRetriesExceededError = MaxRetriesExceededError
 
-    def __init__(
-        self,
-        function: Callable[..., Any],
-        *,
-        name: str | None = None,
-        bind: bool = False,
-        queue: str | None = None,
-        max_retries: int | None = 3,
-        default_retry_delay: int = 180,
-        autoretry_for: Sequence[type[BaseException]] = (),
-        dont_autoretry_for: Sequence[type[BaseException]] = (),
-        retry_kwargs: dict[str, Any] | None = None,
-        retry_backoff: bool | int = False,
-        retry_backoff_max: int = 600,
-        retry_jitter: bool = True,
-        ignore_result: bool = False,
-        expires: float | dt.datetime | None = None,
-    ) -> None:
-        self.function = function
-        self.name = name or dotted_path(function)
-        self.bind = bind
-        if bind and inspect.iscoroutinefunction(function):
+    # Celery's task options, as class attributes (the decorator's arguments override them).
+    name: str = ""
+    bind: bool = False
+    queue: str | None = None
+    max_retries: int | None = 3
+    default_retry_delay: float = 180
+    autoretry_for: tuple[type[BaseException], ...] = ()
+    dont_autoretry_for: tuple[type[BaseException], ...] = ()
+    retry_kwargs: dict[str, Any] = {}  # Celery's class attribute, replaced, never mutated
+    retry_backoff: bool | int = False
+    retry_backoff_max: int = 600
+    retry_jitter: bool = True
+    ignore_result: bool = False
+    expires: float | dt.datetime | None = None
+    soft_time_limit: float | None = None
+    time_limit: float | None = None
+    #: jobsapp's own: record the task's runs as tracking events (``update_state`` then reports progress)
+    use_task_event: bool = False
+
+    function: Callable[..., Any]
+    job_class: type[FunctionJob]
+    rng: random.Random
+    _local: threading.local
+
+    def __init__(self) -> None:
+        """Nothing to set: options are class attributes; the decorator registers the instance."""
+
+    def _register(self, *, explicit_name: bool) -> None:
+        """Check the options and register the job class that runs this task (called once, by the decorator)."""
+        function = self.function
+        self.rng = random.Random()
+        self._local = threading.local()
+        is_async = inspect.iscoroutinefunction(function)
+        if self.bind and is_async:
             # self.request is per thread, and the coroutine runs on the worker's event loop thread
             raise TypeError(
                 f"{self.name}: bind=True is not supported on an async def task (self.request would not be this call's); "
                 "use a plain def task to bind, or drop bind"
             )
-        self.queue = queue
-        self.max_retries = max_retries
-        self.default_retry_delay = default_retry_delay
-        self.autoretry_for = tuple(autoretry_for)
-        self.dont_autoretry_for = tuple(dont_autoretry_for)
-        self.retry_kwargs = dict(retry_kwargs or {})
-        self.retry_backoff = retry_backoff
-        self.retry_backoff_max = retry_backoff_max
-        self.retry_jitter = retry_jitter
-        self.ignore_result = ignore_result
-        self.expires = expires
-        self.rng = random.Random()
-        self._local = threading.local()
-        self.__doc__ = function.__doc__
-        self.__name__ = getattr(function, "__name__", self.name)
-        self.__module__ = function.__module__
+        if self.soft_time_limit is not None:
+            if is_async:
+                raise TypeError(
+                    f"{self.name}: soft_time_limit cannot interrupt an async def task; use time_limit (it cancels the coroutine)"
+                )
+            timeouts.positive_seconds(self.soft_time_limit, option="soft_time_limit")
         options: dict[str, Any] = {"retry": ENGINE_RETRY_LIMIT}
-        if queue:
-            options["queue"] = queue
+        if self.queue:
+            options["queue"] = self.queue
+        if self.time_limit is not None:
+            options[timeouts.TIMEOUT_KEY] = timeouts.positive_seconds(self.time_limit, option="time_limit")
+        if self.use_task_event:
+            options["use_task_event"] = True
         self.job_class = job_class_for(
-            function, base=CeleryJob, name=self.name if name else None, attributes={"task": self}, options=options
+            function, base=CeleryJob, name=self.name if explicit_name else None, attributes={"task": self}, options=options
         )
+        self.__name__ = getattr(function, "__name__", self.name)
         with _tasks_lock:
             _tasks[self.name] = self
 
@@ -197,6 +266,66 @@ class Task(Generic[Params, Returned]):
     def __call__(self, *args: Params.args, **kwargs: Params.kwargs) -> Returned:
         """A plain call in this thread (``request.called_directly`` is True)."""
         return self.run(*args, **kwargs)
+
+    def apply(
+        self,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        link: Any = None,
+        link_error: Any = None,
+        task_id: str | None = None,
+        retries: int | None = None,
+        throw: bool | None = None,
+        logfile: str | None = None,
+        loglevel: int | None = None,
+        headers: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> EagerResult[Returned]:
+        """Run the task here and now as a worker would (``request.is_eager``): handlers, autoretry
+        (a retry runs again at once, ``request.retries`` one higher), ``update_state``; returns an
+        ``EagerResult``. ``throw`` raises the task's error here instead of storing it."""
+        if link is not None or link_error is not None:
+            raise TypeError(f"{self.name}.apply(): link and link_error are not run eagerly; use apply_async")
+        check_options({name: value for name, value in options.items() if name != "ignore_result"}, where=f"{self.name}.apply()")
+        arguments, keywords = list(args or ()), dict(kwargs or {})
+        request = Context(
+            id=task_id or new_jid(),
+            retries=retries or 0,
+            args=arguments,
+            kwargs=keywords,
+            called_directly=False,
+            is_eager=True,
+            headers=headers,
+            delivery_info={"is_eager": True, "redelivered": False},
+            hostname=results.worker_name(),
+            task=self.name,
+            timelimit=(self.time_limit, self.soft_time_limit),
+        )
+        task_id = str(request.id)
+        with _requesting(self, request):
+            try:
+                value = self._attempt(request, arguments, keywords, soft_seconds=self.soft_time_limit, async_timeout=self.time_limit)
+            except Ignore as ignored:
+                state, value = IGNORED, ignored
+            except Reject as rejected:
+                state, value = REJECTED, rejected
+            except Retry as retry:
+                self._retried(request, retry)
+                if throw:
+                    raise
+                return self.apply(arguments, keywords, task_id=task_id, retries=request.retries + 1, throw=throw, headers=headers)
+            except Exception as exc:  # FAILURE, stored in the EagerResult (raised here with throw)
+                self._failed(request, exc)
+                if throw:
+                    raise
+                return EagerResult(task_id, exc, FAILURE, traceback=ExceptionInfo(exc).traceback, name=self.name)
+            else:
+                value = _jsonable(value)
+                self._succeeded(request, value)
+                state = SUCCESS
+        if request.eager_state is not None and state == IGNORED:
+            state, value = request.eager_state
+        return EagerResult(task_id, value, state, name=self.name)
 
     # --- enqueueing ----------------------------------------------------------------------
 
@@ -226,6 +355,8 @@ class Task(Generic[Params, Returned]):
         queue: str | None = None,
         headers: dict[str, Any] | None = None,
         ignore_result: bool | None = None,
+        soft_time_limit: float | None = None,
+        time_limit: float | None = None,
         **options: Any,
     ) -> _AsyncResult[Returned]:
         """Push the task; returns its ``AsyncResult`` (its id is the job's jid)."""
@@ -249,6 +380,8 @@ class Task(Generic[Params, Returned]):
             headers=headers,
             ignore_result=ignore_result,
             chain=steps,
+            soft_time_limit=soft_time_limit,
+            time_limit=time_limit,
         )
         return AsyncResult(jid, task_name=self.name)
 
@@ -266,6 +399,8 @@ class Task(Generic[Params, Returned]):
         ignore_result: bool | None = None,
         chain: list[dict[str, Any]] | None = None,
         chord: dict[str, Any] | None = None,
+        soft_time_limit: float | None = None,
+        time_limit: float | None = None,
     ) -> str:
         options: dict[str, Any] = {"on_commit": False}  # Celery pushes at once; delay_on_commit waits
         if task_id:
@@ -284,6 +419,7 @@ class Task(Generic[Params, Returned]):
             options[CHAIN_KEY] = chain
         if chord is not None:
             options[CHORD_KEY] = chord
+        options.update(self._limit_options(soft_time_limit, time_limit))
         setter = self.job_class.set(**options)
         args, kwargs = _jsonable(args), _jsonable(kwargs)
         if eta is not None:
@@ -295,6 +431,18 @@ class Task(Generic[Params, Returned]):
         if jid is None:
             raise RuntimeError(f"a client middleware stopped the push of {self.name}; nothing was enqueued")
         return jid
+
+    def _limit_options(self, soft_time_limit: float | None, time_limit: float | None) -> dict[str, Any]:
+        """The payload fields of a call's time limits (the task's own unless the call gives them)."""
+        options: dict[str, Any] = {}
+        soft = self.soft_time_limit if soft_time_limit is None else soft_time_limit
+        if soft is not None:
+            if inspect.iscoroutinefunction(self.function):
+                raise TypeError(f"{self.name}: soft_time_limit cannot interrupt an async def task; use time_limit")
+            options[SOFT_TIME_LIMIT_KEY] = timeouts.positive_seconds(soft, option="soft_time_limit")
+        if time_limit is not None:
+            options[timeouts.TIMEOUT_KEY] = timeouts.positive_seconds(time_limit, option="time_limit")
+        return options
 
     # --- signatures ------------------------------------------------------------------------
 
@@ -318,6 +466,23 @@ class Task(Generic[Params, Returned]):
     def AsyncResult(self, task_id: str, **kwargs: Any) -> _AsyncResult[Returned]:
         return AsyncResult(task_id, task_name=self.name)
 
+    # --- handlers a base= class may override (called as Celery 5 calls them) ----------------
+
+    def before_start(self, task_id: str, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """Before the task runs (each attempt). Its exception fails the task."""
+
+    def on_success(self, retval: Any, task_id: str, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """After the task returned ``retval``; then ``after_return``."""
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Sequence[Any], kwargs: dict[str, Any], einfo: Any) -> None:
+        """After the task failed for good with ``exc`` (``einfo``: an ``ExceptionInfo``); then ``after_return``."""
+
+    def on_retry(self, exc: BaseException | None, task_id: str, args: Sequence[Any], kwargs: dict[str, Any], einfo: Any) -> None:
+        """After the task asked to be retried (``exc``: the reason given to ``retry``, if any)."""
+
+    def after_return(self, status: str, retval: Any, task_id: str, args: Sequence[Any], kwargs: dict[str, Any], einfo: Any) -> None:
+        """Last, after SUCCESS or FAILURE (never after RETRY, REJECTED or IGNORED); ``einfo`` is None."""
+
     # --- inside a worker -------------------------------------------------------------------
 
     @property
@@ -325,6 +490,33 @@ class Task(Generic[Params, Returned]):
         """The running call's context; a "called directly" one outside a worker."""
         stack: list[Context] = getattr(self._local, "stack", [])
         return stack[-1] if stack else Context(task=self.name)
+
+    def update_state(self, task_id: str | None = None, state: str | None = None, meta: Any = None, **kwargs: Any) -> None:
+        """Report a state of the task's own (``"PROGRESS"``) and its metadata while it runs:
+        ``AsyncResult.state`` and ``.info`` show them until the task ends. For a tracked task
+        (``use_task_event=True``), ``meta`` with ``current`` and ``total`` also moves the
+        progress bar. ``meta`` must be JSON-native."""
+        if state is None:
+            raise TypeError(f"{self.name}.update_state() needs a state (a name such as 'PROGRESS')")
+        request = self.request
+        task_id = task_id or request.id
+        if task_id is None:
+            raise RuntimeError(f"{self.name}.update_state() was called outside a worker: pass task_id=")
+        check_json_native(meta, "update_state() meta")
+        if request.is_eager and task_id == request.id:
+            request.eager_state = (state, meta)
+            return
+        own = task_id == request.id
+        retain = request.retain_seconds if own and request.retain_seconds else RESULT_EXPIRES_SECONDS
+        result_writer.write_fields(
+            task_id, {results.CUSTOM_STATE_FIELD: str(state), results.CUSTOM_META_FIELD: compact_json(meta)}, retain_seconds=retain
+        )
+        event = request.task_event if own else None
+        if event is not None and isinstance(meta, dict):
+            current, total = meta.get("current"), meta.get("total")
+            if type(current) is int and type(total) is int and total > 0:
+                event.next_message_reports(current, total)
+                event.add_message(f"{state}: {current} of {total}")
 
     def retry(
         self,
@@ -373,6 +565,40 @@ class Task(Generic[Params, Returned]):
             and not (self.dont_autoretry_for and isinstance(exception, self.dont_autoretry_for))
         )
 
+    def _attempt(
+        self, request: Context, args: list[Any], kwargs: dict[str, Any], *, soft_seconds: float | None, async_timeout: float | None
+    ) -> Any:
+        """One attempt as Celery's tracer runs it: ``before_start``, the task under its soft
+        limit, ``autoretry_for``; the time limit's ``JobTimeout`` becomes ``TimeLimitExceeded``."""
+        task_id = str(request.id)
+        try:
+            self.before_start(task_id, args, kwargs)
+            value = soft_limit(soft_seconds, lambda: self.run(*args, **kwargs), name=self.name, task_id=task_id)
+            if inspect.iscoroutine(value):  # an async def task: awaited on this worker's loop (jobsapp.aio)
+                value = aio.run(value, timeout_seconds=async_timeout)
+            return value
+        except TaskPredicate:
+            raise  # Retry, Ignore, Reject: the caller decides
+        except BaseException as exc:  # autoretry turns it into Retry (or re-raises it when no retries are left)
+            if isinstance(exc, JobTimeout) and not isinstance(exc, SoftTimeLimitExceeded | TimeLimitExceeded):
+                raise TimeLimitExceeded(f"{self.name}[{task_id}] ran past its time_limit: {exc}") from exc
+            if self._autoretries(exc):
+                self.retry(exc=exc, countdown=self._backoff_seconds(request.retries), max_retries=self.retry_kwargs.get("max_retries"))
+            raise
+
+    def _succeeded(self, request: Context, value: Any) -> None:
+        task_id = str(request.id)
+        call_handler(self.on_success, value, task_id, request.args, request.kwargs)
+        call_handler(self.after_return, SUCCESS, value, task_id, request.args, request.kwargs, None)
+
+    def _failed(self, request: Context, exc: BaseException) -> None:
+        task_id = str(request.id)
+        call_handler(self.on_failure, exc, task_id, request.args, request.kwargs, ExceptionInfo(exc))
+        call_handler(self.after_return, FAILURE, exc, task_id, request.args, request.kwargs, None)
+
+    def _retried(self, request: Context, retry: Retry) -> None:
+        call_handler(self.on_retry, retry.exc, str(request.id), request.args, request.kwargs, ExceptionInfo(retry))
+
     def _execute(self, job: FunctionJob, args: list[Any], kwargs: dict[str, Any]) -> Any:
         item = job.item
         expires_at = item.get(EXPIRES_KEY)
@@ -381,6 +607,9 @@ class Task(Generic[Params, Returned]):
             self._fail_dependents(item, error)
             raise error
         retry_count = item.get("retry_count")
+        soft_seconds = item.get(SOFT_TIME_LIMIT_KEY)
+        soft_seconds = timeouts.positive_seconds(soft_seconds, option="soft_time_limit") if soft_seconds is not None else None
+        timeout = timeouts.timeout_seconds(item)
         request = Context(
             id=job.jid,
             retries=retry_count + 1 if type(retry_count) is int else 0,
@@ -389,32 +618,38 @@ class Task(Generic[Params, Returned]):
             called_directly=False,
             expires=expires_at,
             headers=item.get(HEADERS_KEY),
-            delivery_info={"queue": job.queue, "routing_key": job.queue},
+            delivery_info={"queue": job.queue, "routing_key": job.queue, "redelivered": retry_count is not None or RECOVERED_KEY in item},
             hostname=results.worker_name(),
             task=self.name,
+            timelimit=(timeout, soft_seconds),
+            retain_seconds=results.safe_retain_seconds(item),
+            task_event=getattr(job, "task_event", None),
         )
-        stack = self._local.__dict__.setdefault("stack", [])
-        stack.append(request)
-        try:
+        if retry_count is not None and request.retain_seconds:  # a state reported by the previous attempt is not this one's
+            result_writer.write_fields(job.jid, {results.CUSTOM_STATE_FIELD: ""}, retain_seconds=request.retain_seconds)
+        with _requesting(self, request):
             try:
-                value = self.run(*args, **kwargs)
-                if inspect.iscoroutine(value):  # an async def task: awaited on this worker's loop (jobsapp.aio)
-                    value = aio.run(value, timeout_seconds=timeouts.timeout_seconds(item))
-            except Retry:
+                value = self._attempt(request, args, kwargs, soft_seconds=soft_seconds, async_timeout=timeout)
+            except Ignore:
+                # acknowledged; the record keeps what update_state wrote, nothing follows
+                if request.retain_seconds:
+                    result_writer.write_fields(job.jid, {results.IGNORED_FIELD: "1"}, retain_seconds=request.retain_seconds)
+                return None
+            except Reject as rejected:
+                if rejected.requeue:  # back to the queue at once; the engine files it through the retry set
+                    raise Retry(exc=rejected, countdown=0) from rejected
+                self._fail_dependents(item, rejected)
+                raise  # the dead set, FAILURE with the reason
+            except Retry as retry:
+                self._retried(request, retry)
+                raise  # the engine files the job in the retry set (CeleryJob.sidekiq_retry_in)
+            except BaseException as exc:  # final: the dead set; what depends on it will not run
+                self._fail_dependents(item, exc)
+                self._failed(request, exc)
                 raise
-            except BaseException as exc:  # autoretry turns it into Retry (or re-raises it when no retries are left)
-                if self._autoretries(exc):
-                    self.retry(exc=exc, countdown=self._backoff_seconds(request.retries), max_retries=self.retry_kwargs.get("max_retries"))
-                raise
-        except Retry:
-            raise  # the engine files the job in the retry set (CeleryJob.sidekiq_retry_in)
-        except BaseException as exc:  # final: the dead set; what depends on it will not run
-            self._fail_dependents(item, exc)
-            raise
-        finally:
-            stack.pop()
         value = _jsonable(value)
         self._follow_up(job.jid, item, value)
+        self._succeeded(request, value)
         return value
 
     # --- what follows a task ---------------------------------------------------------------
@@ -490,75 +725,173 @@ def _decode_json(raw: bytes | str | None) -> Any:
 
 # --- decorators ------------------------------------------------------------------------------
 
-_TASK_OPTIONS = (
-    "name",
-    "bind",
-    "queue",
-    "max_retries",
-    "default_retry_delay",
-    "autoretry_for",
-    "dont_autoretry_for",
-    "retry_kwargs",
-    "retry_backoff",
-    "retry_backoff_max",
-    "retry_jitter",
-    "ignore_result",
-    "expires",
+#: Options a decorator sets on the task's class (the rest are Celery's ignored options).
+_TASK_OPTIONS = frozenset(
+    {
+        "name",
+        "bind",
+        "queue",
+        "max_retries",
+        "default_retry_delay",
+        "autoretry_for",
+        "dont_autoretry_for",
+        "retry_kwargs",
+        "retry_backoff",
+        "retry_backoff_max",
+        "retry_jitter",
+        "ignore_result",
+        "expires",
+        "soft_time_limit",
+        "time_limit",
+        "use_task_event",
+    }
 )
+#: Handlers Celery lets a decorator set (``@app.task(on_retry=...)``): they become methods.
+_HANDLER_OPTIONS = frozenset({"before_start", "on_success", "on_failure", "on_retry", "after_return"})
 
 
-@overload
-def shared_task(fun: Callable[Params, Returned], /) -> Task[Params, Returned]: ...
-@overload
-def shared_task(
-    *,
-    name: str = ...,
-    bind: Literal[False] = ...,
-    queue: str = ...,
-    max_retries: int | None = ...,
-    default_retry_delay: int = ...,
-    autoretry_for: Sequence[type[BaseException]] = ...,
-    dont_autoretry_for: Sequence[type[BaseException]] = ...,
-    retry_kwargs: dict[str, Any] = ...,
-    retry_backoff: bool | int = ...,
-    retry_backoff_max: int = ...,
-    retry_jitter: bool = ...,
-    ignore_result: bool = ...,
-    expires: float | dt.datetime | None = ...,
-    **options: Any,
-) -> Callable[[Callable[Params, Returned]], Task[Params, Returned]]: ...
-@overload
-def shared_task(
-    *,
-    name: str = ...,
-    bind: Literal[True],
-    queue: str = ...,
-    max_retries: int | None = ...,
-    default_retry_delay: int = ...,
-    autoretry_for: Sequence[type[BaseException]] = ...,
-    dont_autoretry_for: Sequence[type[BaseException]] = ...,
-    retry_kwargs: dict[str, Any] = ...,
-    retry_backoff: bool | int = ...,
-    retry_backoff_max: int = ...,
-    retry_jitter: bool = ...,
-    ignore_result: bool = ...,
-    expires: float | dt.datetime | None = ...,
-    **options: Any,
-) -> Callable[[Callable[Concatenate[Task[Params, Returned], Params], Returned]], Task[Params, Returned]]: ...
-def shared_task(fun: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-    """Decorator: make a module-level function a Celery-style task (``@shared_task`` or
-    ``@shared_task(bind=True, queue=..., max_retries=..., autoretry_for=(...), ...)``).
-
-    Put it in an app's ``tasks.py`` (autodiscovered). Celery options this layer cannot honour
-    (``time_limit``, ``rate_limit``, ``acks_late``, ...) are accepted with a one-time warning.
-    """
-    task_options = {name: options.pop(name) for name in _TASK_OPTIONS if name in options}
-    check_options(options, where="shared_task()")
-
-    def decorate(function: Callable[..., Any]) -> Task[Any, Any]:
-        return Task(function, **task_options)
-
-    return decorate(fun) if fun is not None else decorate
+def define(function: Callable[..., Any], *, base: type[Task[Any, Any]] | None = None, **options: Any) -> Task[Any, Any]:
+    """The task of ``function``: an instance of a new subclass of ``base`` (``Task`` by default)
+    whose class attributes are ``options``, registered under its name."""
+    if not callable(function) or isinstance(function, Task):
+        raise TypeError(f"a task decorator takes a function, not {function!r}")
+    base = Task if base is None else base
+    if not (isinstance(base, type) and issubclass(base, Task)):
+        raise TypeError(f"base= must be a subclass of jobsapp.celery.Task (class MyTask(Task): ...), not {base!r}")
+    unknown = sorted(set(options) - _TASK_OPTIONS - _HANDLER_OPTIONS)
+    check_options({name: options[name] for name in unknown}, where="the task decorator")
+    namespace: dict[str, Any] = {
+        "__module__": function.__module__,
+        "__qualname__": getattr(function, "__qualname__", function.__name__),
+        "__doc__": function.__doc__,
+        "function": staticmethod(function),
+        "name": options.get("name") or dotted_path(function),
+    }
+    for option in _TASK_OPTIONS & set(options):
+        value = options[option]
+        namespace[option] = tuple(value) if option in ("autoretry_for", "dont_autoretry_for") else value
+    for handler in _HANDLER_OPTIONS & set(options):
+        namespace[handler] = options[handler]  # a plain function: bound like a method, as Celery does
+    task_class: type[Task[Any, Any]] = type(function.__name__, (base,), namespace)
+    task = task_class()
+    task._register(explicit_name=bool(options.get("name")))
+    return task
 
 
+class TaskDecorator:
+    """``shared_task`` and ``app.task``: ``@shared_task``, ``@shared_task()``,
+    ``@shared_task(bind=True, base=MyTask, queue=..., max_retries=..., ...)``.
+
+    Put tasks in an app's ``tasks.py`` (autodiscovered). Celery options this layer cannot
+    honour (``rate_limit``, ``acks_late``, ...) are accepted with a one-time warning; an option
+    Celery does not have either is a TypeError."""
+
+    @overload
+    def __call__(self, fun: Callable[Params, Returned], /) -> Task[Params, Returned]: ...
+    @overload
+    def __call__(
+        self,
+        *,
+        name: str = ...,
+        bind: Literal[False] = ...,
+        base: None = ...,
+        queue: str = ...,
+        max_retries: int | None = ...,
+        default_retry_delay: float = ...,
+        autoretry_for: Sequence[type[BaseException]] = ...,
+        dont_autoretry_for: Sequence[type[BaseException]] = ...,
+        retry_kwargs: dict[str, Any] = ...,
+        retry_backoff: bool | int = ...,
+        retry_backoff_max: int = ...,
+        retry_jitter: bool = ...,
+        ignore_result: bool = ...,
+        expires: float | dt.datetime | None = ...,
+        soft_time_limit: float = ...,
+        time_limit: float = ...,
+        use_task_event: bool = ...,
+        **options: Any,
+    ) -> Callable[[Callable[Params, Returned]], Task[Params, Returned]]: ...
+    @overload
+    def __call__(
+        self,
+        *,
+        name: str = ...,
+        bind: Literal[True],
+        base: None = ...,
+        queue: str = ...,
+        max_retries: int | None = ...,
+        default_retry_delay: float = ...,
+        autoretry_for: Sequence[type[BaseException]] = ...,
+        dont_autoretry_for: Sequence[type[BaseException]] = ...,
+        retry_kwargs: dict[str, Any] = ...,
+        retry_backoff: bool | int = ...,
+        retry_backoff_max: int = ...,
+        retry_jitter: bool = ...,
+        ignore_result: bool = ...,
+        expires: float | dt.datetime | None = ...,
+        soft_time_limit: float = ...,
+        time_limit: float = ...,
+        use_task_event: bool = ...,
+        **options: Any,
+    ) -> Callable[[Callable[Concatenate[Task[Params, Returned], Params], Returned]], Task[Params, Returned]]: ...
+    @overload
+    def __call__(
+        self,
+        *,
+        name: str = ...,
+        bind: Literal[True],
+        base: type[TaskType],
+        queue: str = ...,
+        max_retries: int | None = ...,
+        default_retry_delay: float = ...,
+        autoretry_for: Sequence[type[BaseException]] = ...,
+        dont_autoretry_for: Sequence[type[BaseException]] = ...,
+        retry_kwargs: dict[str, Any] = ...,
+        retry_backoff: bool | int = ...,
+        retry_backoff_max: int = ...,
+        retry_jitter: bool = ...,
+        ignore_result: bool = ...,
+        expires: float | dt.datetime | None = ...,
+        soft_time_limit: float = ...,
+        time_limit: float = ...,
+        use_task_event: bool = ...,
+        **options: Any,
+    ) -> Callable[[Callable[Concatenate[TaskType, Params], Returned] | Callable[[], Returned]], TaskType]: ...
+    @overload
+    def __call__(
+        self,
+        *,
+        name: str = ...,
+        bind: bool = ...,
+        base: type[TaskType],
+        queue: str = ...,
+        max_retries: int | None = ...,
+        default_retry_delay: float = ...,
+        autoretry_for: Sequence[type[BaseException]] = ...,
+        dont_autoretry_for: Sequence[type[BaseException]] = ...,
+        retry_kwargs: dict[str, Any] = ...,
+        retry_backoff: bool | int = ...,
+        retry_backoff_max: int = ...,
+        retry_jitter: bool = ...,
+        ignore_result: bool = ...,
+        expires: float | dt.datetime | None = ...,
+        soft_time_limit: float = ...,
+        time_limit: float = ...,
+        use_task_event: bool = ...,
+        **options: Any,
+    ) -> Callable[[Callable[..., Any]], TaskType]: ...
+    def __call__(self, fun: Callable[..., Any] | None = None, **options: Any) -> Any:
+        if fun is not None:
+            return define(fun, **options)
+
+        def decorate(function: Callable[..., Any]) -> Task[Any, Any]:
+            return define(function, **options)
+
+        return decorate
+
+    def __repr__(self) -> str:
+        return "<jobsapp.celery.shared_task>"
+
+
+shared_task = TaskDecorator()
 task = shared_task

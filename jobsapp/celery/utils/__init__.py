@@ -1,0 +1,1 @@
+"""Mirrors ``celery.utils``: only ``log`` (``get_task_logger``)."""

@@ -1,0 +1,128 @@
+"""Celery-style tasks that exercise the task API (update_state, base= handlers, time limits,
+Ignore, Reject, task loggers) for tests/jobsapp/test_celery_task_api.py. Each writes what it saw
+to the test's Redis (``celery-sample:*`` keys) so the test can read it from another process."""
+
+import json
+import time
+
+from jobsapp.celery import Task, shared_task
+from jobsapp.celery.exceptions import Ignore, Reject, SoftTimeLimitExceeded
+from jobsapp.celery.utils.log import get_task_logger
+from jobsapp.connection import get_redis
+
+logger = get_task_logger(__name__)
+HOOKS = "celery-sample:hooks"
+
+
+def _record(*fields):
+    get_redis().rpush(HOOKS, json.dumps(fields))
+
+
+class RecordingTask(Task):
+    """A base class with every handler, each recording its arguments."""
+
+    connections_made = 0
+
+    @property
+    def connection(self):
+        # cached per process, as Celery's DatabaseTask example: made once, then reused
+        if getattr(self, "_connection", None) is None:
+            type(self).connections_made += 1
+            self._connection = f"connection-{type(self).connections_made}"
+        return self._connection
+
+    def before_start(self, task_id, args, kwargs):
+        _record("before_start", task_id, list(args), kwargs)
+
+    def on_success(self, retval, task_id, args, kwargs):
+        _record("on_success", retval, task_id, list(args), kwargs)
+
+    def on_failure(self, exc, task_id, args, kwargs, einfo):
+        _record("on_failure", repr(exc), task_id, list(args), kwargs, type(einfo.exception).__name__, "Traceback" in einfo.traceback)
+
+    def on_retry(self, exc, task_id, args, kwargs, einfo):
+        _record("on_retry", repr(exc), task_id, list(args), kwargs)
+
+    def after_return(self, status, retval, task_id, args, kwargs, einfo):
+        _record("after_return", status, retval if status == "SUCCESS" else repr(retval), task_id, list(args), kwargs, einfo)
+
+
+@shared_task(base=RecordingTask, bind=True)
+def hooked_add(self, left, right):
+    return [left + right, self.connection]
+
+
+@shared_task(base=RecordingTask)
+def hooked_fails(message):
+    raise ValueError(message)
+
+
+@shared_task(base=RecordingTask, bind=True, autoretry_for=(KeyError,), max_retries=1, default_retry_delay=0)
+def hooked_retries_once(self, key):
+    if self.request.retries == 0:
+        raise KeyError(key)
+    return self.request.retries
+
+
+@shared_task(bind=True)
+def reports_progress(self, total):
+    """Reports PROGRESS after each step, waits for the test to release it, then returns."""
+    for current in range(1, total + 1):
+        self.update_state(state="PROGRESS", meta={"current": current, "total": total})
+    deadline = time.monotonic() + 30
+    while not get_redis().exists("celery-sample:release") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return total
+
+
+@shared_task(bind=True)
+def stores_and_ignores(self, timeline):
+    """The tasks guide's get_tweets: stores its result itself, then raises Ignore."""
+    if not self.request.called_directly:
+        self.update_state(state="SUCCESS", meta=timeline)
+    raise Ignore()
+
+
+@shared_task
+def ignores():
+    raise Ignore()
+
+
+@shared_task
+def rejects(reason):
+    raise Reject(reason, requeue=False)
+
+
+@shared_task(bind=True)
+def requeues(self):
+    """The tasks guide's requeue example: rejected once, run again."""
+    if not self.request.delivery_info["redelivered"]:
+        raise Reject("no reason", requeue=True)
+    return "received two times"
+
+
+@shared_task(soft_time_limit=0.5)
+def cleans_up_at_soft_limit():
+    try:
+        while True:
+            time.sleep(0.01)
+    except SoftTimeLimitExceeded:
+        return "cleaned up"
+
+
+@shared_task(soft_time_limit=0.5)
+def ignores_soft_limit():
+    while True:
+        time.sleep(0.01)
+
+
+@shared_task(time_limit=0.5)
+def runs_past_time_limit():
+    while True:
+        time.sleep(0.01)
+
+
+@shared_task(bind=True)
+def logs(self, message):
+    logger.info("logged %s", message)
+    return self.request.id
