@@ -40,12 +40,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import inspect
+import os
 import threading
 import traceback
 import warnings
 from typing import TYPE_CHECKING, Any
 
 try:
+    import django.tasks as django_tasks_package
     from django.tasks import TaskContext, TaskResult, TaskResultStatus
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import DEFAULT_TASK_PRIORITY, TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, Task, TaskError
@@ -91,12 +93,24 @@ _STATUSES = {
 }
 
 
+#: Frames between a user's ``@task(...)`` or ``.using(...)`` and ``validate_task`` (dataclass
+#: code generated at class creation has the file name "<string>").
+_DECLARATION_FRAMES = (os.path.dirname(django_tasks_package.__file__), dataclasses.__file__, __file__, "<string>")
+
+
+def _declaration_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame, above the caller, outside ``_DECLARATION_FRAMES``."""
+    level = 1  # the caller of this function: the one that warns
+    frame = inspect.currentframe()
+    frame = frame.f_back if frame is not None else None
+    while frame is not None and frame.f_code.co_filename.startswith(_DECLARATION_FRAMES):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
 class PriorityIgnored(UserWarning):
     """A task has a priority other than 0: it is accepted, and runs in order of arrival in its queue."""
-
-
-#: Module paths of the tasks whose ignored priority was already warned about (one warning each).
-_warned_priorities: set[tuple[str, int]] = set()
 
 
 def _datetime(epoch: float | None) -> dt.datetime | None:
@@ -223,20 +237,19 @@ class JobsBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task[Any, Any]) -> None:
         """Django's rules, except that a priority within -100..100 is accepted (and ignored, with
-        one ``PriorityIgnored`` warning per task and priority) instead of refused."""
+        a ``PriorityIgnored`` warning) instead of refused."""
         priority = task.priority
         if priority != DEFAULT_TASK_PRIORITY:
             if not TASK_MIN_PRIORITY <= priority <= TASK_MAX_PRIORITY or int(priority) != priority:
                 raise InvalidTask(f"priority must be a whole number between {TASK_MIN_PRIORITY} and {TASK_MAX_PRIORITY}.")
-            if (task.module_path, priority) not in _warned_priorities:
-                _warned_priorities.add((task.module_path, priority))
-                warnings.warn(
-                    PriorityIgnored(
-                        f"Task {task.module_path} has priority {priority}: {type(self).__name__} ignores priorities; "
-                        "its tasks run in order of arrival within their queue."
-                    ),
-                    stacklevel=2,
-                )
+            # Python's default warning filter shows each message once (per task and priority)
+            warnings.warn(
+                PriorityIgnored(
+                    f"Task {task.module_path} has priority {priority}: {type(self).__name__} ignores priorities; "
+                    "its tasks run in order of arrival within their queue."
+                ),
+                stacklevel=_declaration_stacklevel(),  # points at the @task or using() line
+            )
             task = _copy(task, priority=DEFAULT_TASK_PRIORITY)
         super().validate_task(task)
 
@@ -292,6 +305,8 @@ class JobsBackend(BaseTaskBackend):
         errors = []
         if record.error_class:  # the last error only, from whichever attempt raised it
             errors.append(TaskError(exception_class_path=_exception_path(record.error_class), traceback=record.error_traceback))
+        elif record.failed:  # failed with no exception recorded (e.g. expired): say why, as an Exception
+            errors.append(TaskError(exception_class_path="builtins.Exception", traceback=record.error_message or record.reason))
         # the task as it was enqueued: its queue and run_after (the declared priority: it is ignored)
         run_after = _datetime(record.scheduled_at)
         if record.queue != task.queue_name or run_after != task.run_after or self.alias != task.backend:
@@ -355,7 +370,11 @@ class JobsBackend(BaseTaskBackend):
                 )
             )
         with _lock:
-            prioritized = sorted((name, task.priority) for name, task in _tasks.items() if task.priority != DEFAULT_TASK_PRIORITY)
+            prioritized = sorted(
+                (name, task.priority)
+                for name, task in _tasks.items()
+                if task.priority != DEFAULT_TASK_PRIORITY and task.backend == self.alias
+            )
         for name, priority in prioritized:
             messages.append(
                 checks.Warning(

@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -16,7 +19,7 @@ from django.tasks.signals import task_enqueued  # noqa: E402
 
 from jobsapp import registry  # noqa: E402
 from jobsapp.django_tasks import JobsBackend, PriorityIgnored  # noqa: E402
-from tests.workers import WorkerProcess, wait_until  # noqa: E402
+from tests.workers import ROOT_DIR, WorkerProcess, wait_until  # noqa: E402
 
 
 def tasks_module():
@@ -57,11 +60,13 @@ def prioritized_function(value: int) -> int:
     return value
 
 
-def test_a_priority_is_accepted_with_a_warning_and_listed_by_the_system_check():
+def test_a_priority_is_accepted_with_a_warning_and_listed_by_the_system_check(settings):
     tasks = tasks_module()
+    # (a backend of its own, so the check of "default" stays clean for other tests)
+    settings.TASKS = {**settings.TASKS, "prioritized": {"BACKEND": "jobsapp.django_tasks.JobsBackend"}}
     # Given a task declared with a priority in Django's range, When it is declared and enqueued
     with pytest.warns(PriorityIgnored, match="prioritized_function has priority 10"):
-        prioritized = task(priority=10)(prioritized_function)
+        prioritized = task(priority=10, backend="prioritized")(prioritized_function)
     result = prioritized.enqueue(1)
     # Then it is a valid task whose job is pushed (no InvalidTask at import time, nothing crashes)
     assert prioritized.priority == 10 and result.status == TaskResultStatus.READY
@@ -72,8 +77,11 @@ def test_a_priority_is_accepted_with_a_warning_and_listed_by_the_system_check():
         with pytest.raises(InvalidTask, match="priority must be a whole number"):
             tasks.add_numbers.using(priority=bad)
     # And manage.py check says the priority is ignored
-    warnings = [message for message in default_task_backend.check() if message.id == "jobsapp.W202"]
-    assert any("prioritized_function has priority 10" in message.msg for message in warnings)
+    warnings = [message for message in prioritized.get_backend().check() if message.id == "jobsapp.W202"]
+    assert [message.msg for message in warnings] == [
+        "Task tests.jobsapp.test_django_tasks.prioritized_function has priority 10, which TASKS['prioritized'] ignores."
+    ]
+    assert [message for message in default_task_backend.check() if message.id == "jobsapp.W202"] == []
 
 
 def test_options_are_the_options_given():
@@ -86,7 +94,7 @@ def test_system_check_reports_bad_options(settings):
     backend = JobsBackend("other", {"QUEUES": ["nowhere"], "OPTIONS": {"RETRY": "yes", "COLOUR": 1}})
     ids = {message.id for message in backend.check()}
     assert {"jobsapp.E202", "jobsapp.E203", "jobsapp.W201"} <= ids
-    assert [message for message in JobsBackend("default", {}).check() if message.id != "jobsapp.W202"] == []
+    assert JobsBackend("default", {}).check() == []
 
 
 def test_enqueue_returns_what_get_result_reads_back(redis):
@@ -164,3 +172,48 @@ def test_enqueue_in_a_transaction_pushes_at_once_as_django_backends_do(redis):
     with transaction.atomic():
         result = tasks.add_numbers.enqueue(7, 8)
         assert json.loads(redis.lindex("queue:default", 0))["jid"] == result.id
+
+
+PRIORITIZED_TASKS = """
+from django.tasks import task
+
+
+@task(priority=50)
+def urgent(value):
+    return value
+"""
+
+PRIORITIZED_SETTINGS = """
+from project.settings import *  # noqa: F403
+from project.settings import INSTALLED_APPS
+
+INSTALLED_APPS = [*INSTALLED_APPS, "prioritized_app"]
+TASKS = {"default": {"BACKEND": "jobsapp.django_tasks.JobsBackend"}}
+"""
+
+
+@pytest.mark.slow
+def test_a_tasks_py_with_a_priority_passes_check_and_runworkers_starts(tmp_path, redis_server):
+    # Given an installed app whose tasks.py declares @task(priority=50)
+    (tmp_path / "prioritized_app").mkdir()
+    (tmp_path / "prioritized_app" / "__init__.py").write_text("")
+    (tmp_path / "prioritized_app" / "tasks.py").write_text(PRIORITIZED_TASKS)
+    (tmp_path / "prioritized_settings.py").write_text(PRIORITIZED_SETTINGS)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT_DIR)]), "DJANGO_SETTINGS_MODULE": "prioritized_settings"}
+    # When manage.py check runs, Then it passes, saying the priority is ignored
+    checked = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT_DIR,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert "jobsapp.W202" in checked.stderr and "prioritized_app.tasks.urgent has priority 50" in checked.stderr
+    # (the warning points at the declaration)
+    assert "prioritized_app/tasks.py:5: PriorityIgnored" in checked.stderr
+    # And runworkers starts and registers itself
+    with WorkerProcess(["-P", "1", "-c", "1"], env=env, redis_url=redis_server.url) as worker:
+        assert worker.info()["pid"] == worker.pid
