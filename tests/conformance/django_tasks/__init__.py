@@ -1,0 +1,1 @@
+"""Django's own ``tests/tasks/`` (see UPSTREAM.md), run on ``JobsBackend`` with a real worker."""

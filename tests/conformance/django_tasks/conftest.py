@@ -1,0 +1,18 @@
+"""One runworkers for each test module that asks for ``worker`` (this suite's tasks.py installed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.workers import WorkerProcess
+
+SETTINGS_MODULE = "tests.conformance.django_tasks.settings"
+
+
+@pytest.fixture(scope="module")
+def worker(start_suite_worker: Callable[..., Any]) -> Iterator[WorkerProcess]:
+    with start_suite_worker(SETTINGS_MODULE, queues=["default", "queue_1", "queue-1"]) as process:
+        yield process
