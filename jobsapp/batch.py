@@ -102,6 +102,8 @@ class Batch:
         pipe = connection.pipeline(transaction=True)
         if fields:
             pipe.hset(keys.batch(self.bid), mapping={key: value for key, value in fields.items()})
+            pipe.zadd(keys.BATCHES, {self.bid: float(fields["created_at"])})  # the dashboard's list (api.BatchSet)
+            pipe.zremrangebyscore(keys.BATCHES, "-inf", float(fields["created_at"]) - BATCH_TTL_SECONDS)
         pipe.hsetnx(keys.batch(self.bid), "total", 0)
         pipe.hsetnx(keys.batch(self.bid), "succeeded", 0)
         pipe.hincrby(keys.batch(self.bid), "pending", 1)  # this block's own unit, until it ends

@@ -178,6 +178,10 @@ def limiter_holders(name: str) -> str:
 # --- Redis-only batches (jobsapp.batch) ------------------------------------------------
 
 
+#: ZSET of batch ids by creation time (epoch seconds): the dashboard's list of batches.
+BATCHES = "jobsapp:batches"
+
+
 def batch(bid: str) -> str:
     """HASH: a batch's total, pending (jobs not yet run once), succeeded, callbacks (class and
     queue of on_complete / on_success), complete_fired / success_fired, description, created_at."""

@@ -13,9 +13,11 @@ raises ``jobsapp.RedisUnavailable``.
     api.ProcessSet.quiet(identity)
     api.find_job(jid)
     api.CompletedSet().page(1)   # finished jobs pushed with retain
+    api.BatchSet.get(bid)        # a Redis-only batch: counts, callbacks, failed and pending jobs
 """
 
 from ..redaction import REDACTED, redact
+from .batches import BatchDetail, BatchSet, BatchSummary
 from .completed import CompletedSet
 from .limits import LimiterSet, LimiterState, UniqueLock, UniqueLocks
 from .lookup import Location, find_job
@@ -30,6 +32,9 @@ Workers = WorkSet
 
 __all__ = [
     "REDACTED",
+    "BatchDetail",
+    "BatchSet",
+    "BatchSummary",
     "CompletedSet",
     "DeadSet",
     "DurationHistogram",

@@ -17,6 +17,7 @@ from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET
 
 from .. import api
+from ..api.batches import FAILED_JIDS_SHOWN, PENDING_SCAN_BUDGET
 from .access import staff_view
 
 HISTORY_DAYS = (7, 30, 90, 180)
@@ -207,6 +208,32 @@ def job_set(request: HttpRequest, slug: str) -> HttpResponse:
 @require_GET
 def periodic(request: HttpRequest) -> HttpResponse:
     return TemplateResponse(request, "jobsapp/periodic.html", {"section": "periodic", "jobs": api.PeriodicSet.all()})
+
+
+@staff_view
+@require_GET
+def batches(request: HttpRequest) -> HttpResponse:
+    """Redis-only batches (jobsapp.batch), newest first, with their counts and callbacks."""
+    per_page = _choice(request.GET.get("per_page"), PER_PAGE_CHOICES, 25)
+    return TemplateResponse(
+        request, "jobsapp/batches.html", {"section": "batches", "page": api.BatchSet.page(_page_number(request), per_page)}
+    )
+
+
+@staff_view
+@require_GET
+def batch(request: HttpRequest, bid: str) -> HttpResponse:
+    """One batch: its counts, its callbacks' state, its failed jids and the pending jobs found."""
+    detail = api.BatchSet.get(bid[:FILTER_MAX_CHARS])
+    if detail is None:
+        raise Http404("no such batch (unknown, or expired)")
+    context = {
+        "section": "batches",
+        "batch": detail,
+        "pending_budget": PENDING_SCAN_BUDGET,
+        "failed_shown": FAILED_JIDS_SHOWN,
+    }
+    return TemplateResponse(request, "jobsapp/batch.html", context)
 
 
 @staff_view

@@ -2,7 +2,7 @@
 
 Subcommands: ``stats``, ``queues``, ``processes``, ``busy``, ``retry`` / ``dead`` (``list``, ``retry-all``,
 ``clear``), ``schedule``, ``results [JID]``, ``periodic`` (``list``, ``enable`` / ``disable`` /
-``run NAME``), ``limits``, ``unique``, ``batch BID``, ``pause`` / ``resume QUEUE``, ``quiet`` /
+``run NAME``), ``limits``, ``unique``, ``batch BID``, ``batches``, ``pause`` / ``resume QUEUE``, ``quiet`` /
 ``stop IDENTITY``. Output is
 an aligned table, or JSON with ``--json`` (one document per call, for scripts). Arguments are
 shown redacted and truncated, as in the dashboard. ``clear`` asks for ``--yes``: it deletes jobs.
@@ -108,7 +108,8 @@ class Command(BaseCommand):
         periodic_parser.add_argument("action", nargs="?", default="list", choices=["list", "enable", "disable", "run"])
         periodic_parser.add_argument("name", nargs="?", help="the periodic job (for enable, disable, run)")
         add("limits", help="rate and concurrency limiters: limit, in use, refusals")
-        add("batch", help="a Redis-only batch (jobsapp.batch): total, pending, succeeded, failed").add_argument("bid")
+        add("batch", help="a Redis-only batch (jobsapp.batch): counts, callbacks, failed and pending jids").add_argument("bid")
+        add("batches", help="Redis-only batches, newest first").add_argument("--limit", type=int, default=50, help="at most this many rows")
         unique_parser = add("unique", help="live locks of unique jobs: list, or release DIGEST by hand")
         unique_parser.add_argument("action", nargs="?", default="list", choices=["list", "release"])
         unique_parser.add_argument("digest", nargs="?", help="the lock to release")
@@ -426,22 +427,53 @@ class Command(BaseCommand):
         )
 
     def do_batch(self, options: dict[str, Any]) -> None:
-        from jobsapp.batch import BatchStatus
-
-        status = BatchStatus.read(options["bid"])
-        if status is None:
+        batch = api.BatchSet.get(options["bid"])
+        if batch is None:
             raise CommandError(f"no batch {options['bid']!r} (unknown, or expired)")
         document = {
-            "bid": status.bid,
-            "description": status.description,
-            "total": status.total,
-            "pending": status.pending,
-            "succeeded": status.succeeded,
-            "failed": status.failed,
-            "complete": status.complete,
-            "success": status.success,
+            "bid": batch.bid,
+            "description": batch.description,
+            "created_at": _iso(batch.created_at),
+            "status": batch.status,
+            "total": batch.total,
+            "pending": batch.pending,
+            "succeeded": batch.succeeded,
+            "failed": batch.failed,
+            "complete": batch.complete,
+            "success": batch.success,
+            "callbacks": {f"on_{callback.kind}": {"class": callback.job_class, "state": callback.state} for callback in batch.callbacks},
+            "failed_jids": batch.failed_jids,
+            "pending_jids": [pending.record.jid for pending in batch.pending_jobs],
         }
-        self.emit(document, ["field", "value"], list(document.items()))
+        if self.as_json:
+            self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False))
+            return
+        rows: list[tuple[Any, ...]] = [(name, value) for name, value in document.items() if not isinstance(value, (list, dict))]
+        rows += [(f"on_{callback.kind}", f"{callback.job_class} ({callback.state})") for callback in batch.callbacks]
+        rows += [
+            ("failed_jids", " ".join(batch.failed_jids)),
+            ("pending_jids", " ".join(pending.record.jid for pending in batch.pending_jobs)),
+        ]
+        self.stdout.write(render_table(["field", "value"], rows))
+
+    def do_batches(self, options: dict[str, Any]) -> None:
+        page = api.BatchSet.page(1, max(int(options["limit"]), 1))
+        document = [
+            {
+                "bid": batch.bid,
+                "description": batch.description,
+                "created_at": _iso(batch.created_at),
+                "status": batch.status,
+                "total": batch.total,
+                "pending": batch.pending,
+                "succeeded": batch.succeeded,
+                "failed": batch.failed,
+            }
+            for batch in page.entries
+        ]
+        headers = ["bid", "description", "created_at", "status", "total", "pending", "succeeded", "failed"]
+        rows = [tuple(entry[name] for name in headers) for entry in document]
+        self.emit(document, headers, rows, numeric=["total", "pending", "succeeded", "failed"])
 
     def do_unique(self, options: dict[str, Any]) -> None:
         if options["action"] == "release":
