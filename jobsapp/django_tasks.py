@@ -217,6 +217,16 @@ class JobsTask(_TaskBase):
 
     def __post_init__(self) -> None:
         Task.__post_init__(self)  # Django's validate_task call
+        backend = self.get_backend()
+        if self.priority != DEFAULT_TASK_PRIORITY and isinstance(backend, JobsBackend):
+            # at @task(...) or using(...); Python's default filter shows each message once per line of code
+            warnings.warn(
+                PriorityIgnored(
+                    f"Task {self.module_path} has priority {self.priority}: {type(backend).__name__} ignores priorities; "
+                    "its tasks run in order of arrival within their queue."
+                ),
+                stacklevel=_declaration_stacklevel(),
+            )
         _register(self)
 
 
@@ -236,20 +246,12 @@ class JobsBackend(BaseTaskBackend):
     # --- producing ---------------------------------------------------------------------
 
     def validate_task(self, task: Task[Any, Any]) -> None:
-        """Django's rules, except that a priority within -100..100 is accepted (and ignored, with
-        a ``PriorityIgnored`` warning) instead of refused."""
+        """Django's rules, except that a priority within -100..100 is accepted (and ignored: the
+        task warns ``PriorityIgnored`` where it is declared) instead of refused."""
         priority = task.priority
         if priority != DEFAULT_TASK_PRIORITY:
             if not TASK_MIN_PRIORITY <= priority <= TASK_MAX_PRIORITY or int(priority) != priority:
                 raise InvalidTask(f"priority must be a whole number between {TASK_MIN_PRIORITY} and {TASK_MAX_PRIORITY}.")
-            # Python's default warning filter shows each message once (per task and priority)
-            warnings.warn(
-                PriorityIgnored(
-                    f"Task {task.module_path} has priority {priority}: {type(self).__name__} ignores priorities; "
-                    "its tasks run in order of arrival within their queue."
-                ),
-                stacklevel=_declaration_stacklevel(),  # points at the @task or using() line
-            )
             task = _copy(task, priority=DEFAULT_TASK_PRIORITY)
         super().validate_task(task)
 
