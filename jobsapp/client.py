@@ -3,7 +3,8 @@
 ``push(item)`` and ``push_bulk(item)`` take Sidekiq items (``{"class": "HardWorker", "args": [...]}``),
 so Python can enqueue for Ruby workers; ``Job.perform_*`` call them. Each item is normalized
 (jid, created_at, option defaults), passed through the client middleware chain (which may stop it),
-validated and encoded. Only then is anything written, so bad input raises and writes nothing:
+its feature options validated and stamped by their rules (``jobsapp.options``), and encoded.
+Only then is anything written, so bad input raises and writes nothing:
 
 - immediate jobs: ``SADD queues <q>`` and ``LPUSH queue:<q> <json with enqueued_at>``;
 - scheduled jobs (``at`` in the future): ``ZADD schedule <at> <json without at/enqueued_at>``.
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import batch as job_batch
-from . import expiry, keys, registry, results, shards, unique
+from . import keys, options, registry, results, shards, unique
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, describe, follow_sentinel_master, get_redis, refuses_writes, unavailable
 from .errors import ReplicationTimeout
@@ -116,19 +117,15 @@ def _prepare(item: Item, job_class: type[Job] | None, connection: redis.Redis, t
     else:
         result["enqueued_at"] = timestamp
         scheduled_at = None
-    if expiry.EXPIRES_IN_KEY in result:  # Sidekiq Pro's expires_at, from the run-at time
-        expiry.stamp(result, scheduled_at=scheduled_at, timestamp=timestamp)
-    lock = unique.lock_for(result, scheduled_at=scheduled_at, timestamp=timestamp) if "unique_for" in result else None
+    plan = options.stamp(result, scheduled_at=scheduled_at, timestamp=timestamp)  # ValueError: nothing written
     bid = job_batch.current()
     if bid is not None:
         result[job_batch.BATCH_KEY] = bid
     prepared = _Prepared(result["jid"], result["queue"], scheduled_at, encode(result))
-    prepared.unique_lock = lock
+    prepared.unique_lock = plan.unique_lock
     prepared.batch = bid
-    if "retain" in result:
-        retain = results.retain_seconds(result)
-        if retain is not None:
-            prepared.record = (results.pushed_fields(result, scheduled_at=scheduled_at), retain)
+    if plan.retain_seconds is not None:
+        prepared.record = (results.pushed_fields(result, scheduled_at=scheduled_at), plan.retain_seconds)
     return prepared, result
 
 
@@ -294,9 +291,9 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None
     finals: list[tuple[type[Job] | None, Item]] = []
     plain = (
         job_batch.current() is None
-        and "unique_for" not in template
-        and expiry.EXPIRES_IN_KEY not in template  # each job's expires_at follows its own run-at time
-        and not (job_class is not None and "unique_for" in job_class.sidekiq_options_hash)
+        and options.UNIQUE_FOR_KEY not in template
+        and options.EXPIRES_IN_KEY not in template  # each job's expires_at follows its own run-at time
+        and not (job_class is not None and options.UNIQUE_FOR_KEY in job_class.sidekiq_options_hash)
     )
     if interceptor is None and plain and not any(each.wants(job_class, template) for each in client_chain().instances()):
         ready = _prepare_plain_bulk(template, args_list, at, timestamp, jids=chosen_jids)
@@ -358,7 +355,7 @@ def _prepare_plain_bulk(
     jid_hex = "" if jids is not None else os.urandom(12 * len(args_list)).hex()
     limit = jobs_settings.MAX_PAYLOAD_BYTES
     queue = base["queue"]
-    retain = results.retain_seconds(base) if "retain" in base else None
+    retain = options.stamp(dict(base), scheduled_at=None, timestamp=timestamp).retain_seconds  # ValueError: nothing written
     prepared: list[_Prepared] = []
     for index, args in enumerate(args_list):
         try:

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import keys
+from .options import EXPIRES_AT_KEY, EXPIRES_IN_KEY, MAX_EXPIRES_IN_SECONDS, expires_in_seconds, stamp_expires_at
 from .payload import Item, timestamp_seconds
 
 if TYPE_CHECKING:
@@ -37,31 +37,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("jobsapp.expiry")
 
-#: The sidekiq_options key: seconds a job may wait before it starts.
-EXPIRES_IN_KEY = "expires_in"
-#: The payload field Sidekiq Pro writes and reads: the absolute expiry, epoch seconds.
-EXPIRES_AT_KEY = "expires_at"
-#: Pro refuses larger values ("expires_in must be a relative time, not absolute time").
-MAX_EXPIRES_IN_SECONDS = 1_000_000_000
 #: The daily counter's lifetime (Sidekiq's for its daily stats).
 DAILY_TTL_SECONDS = 5 * 365 * 24 * 3600
 
 
-def expires_in_seconds(value: object) -> float:
-    """``expires_in`` as float seconds; ValueError unless a positive, relative number of seconds."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ValueError(f"expires_in must be a positive number of seconds, not {value!r}")
-    if value >= MAX_EXPIRES_IN_SECONDS:
-        raise ValueError(f"expires_in must be a relative number of seconds, not an epoch time ({value!r})")
-    return float(value)
-
-
 def stamp(item: Item, *, scheduled_at: float | None, timestamp: float) -> None:
-    """Give a job with ``expires_in`` its ``expires_at`` (unless it has one: a job pushed again
-    keeps its expiry). ValueError on a bad ``expires_in``: nothing is written."""
-    seconds = expires_in_seconds(item.get(EXPIRES_IN_KEY))
-    if EXPIRES_AT_KEY not in item:
-        item[EXPIRES_AT_KEY] = (scheduled_at if scheduled_at is not None else timestamp) + seconds
+    """Give a job with ``expires_in`` its ``expires_at`` (the option's rule, ``jobsapp.options``)."""
+    stamp_expires_at(item, scheduled_at=scheduled_at, timestamp=timestamp)
 
 
 def is_expired(item: Mapping[str, Any], now: float) -> bool:
@@ -79,3 +61,15 @@ def count(client: redis.Redis, *, today: dt.date) -> None:
     pipe.incr(daily)
     pipe.expire(daily, DAILY_TTL_SECONDS)
     pipe.execute()
+
+
+__all__ = [
+    "DAILY_TTL_SECONDS",
+    "EXPIRES_AT_KEY",
+    "EXPIRES_IN_KEY",
+    "MAX_EXPIRES_IN_SECONDS",
+    "count",
+    "expires_in_seconds",
+    "is_expired",
+    "stamp",
+]

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, ClassVar, TypeVar
 
-from . import expiry, registry, timeouts
+from . import options as option_rules
+from . import registry
 from . import transactions as _transactions
 from .payload import Item
 
@@ -37,10 +38,7 @@ def sidekiq_options(**options: Any) -> Callable[[JobType], JobType]:
     layer reads ``use_task_event`` from there).
     """
 
-    if options.get(timeouts.TIMEOUT_KEY) is not None:  # a bad value fails where the class is declared
-        timeouts.timeout_seconds(options)
-    if expiry.EXPIRES_IN_KEY in options:
-        expiry.expires_in_seconds(options[expiry.EXPIRES_IN_KEY])
+    option_rules.check(options)  # a bad value fails where the class is declared
 
     def apply(cls: JobType) -> JobType:
         previous_name = cls.wire_name()

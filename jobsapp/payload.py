@@ -17,7 +17,6 @@ from typing import Any
 
 from .conf import jobs_settings
 from .errors import MalformedPayload, PayloadTooLarge
-from .timeouts import TIMEOUT_KEY, timeout_seconds
 
 #: A Sidekiq item: the decoded job payload (docs/payload.md). The one alias every module uses.
 Item = dict[str, Any]
@@ -118,8 +117,6 @@ def normalize_item(item: Item, *, timestamp: float | None = None) -> Item:
     retry = item.get("retry", True)
     if type(retry) not in (bool, int):
         raise TypeError(f'"retry" must be true, false or a number of retries, not {retry!r}')
-    if item.get(TIMEOUT_KEY) is not None:  # ValueError: refused before anything is written
-        timeout_seconds(item)
     normalized = dict(item)
     normalized["args"] = args
     normalized["queue"] = queue

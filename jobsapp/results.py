@@ -43,6 +43,9 @@ from typing import TYPE_CHECKING, Any
 from . import keys
 from .conf import jobs_settings
 from .connection import get_redis
+from .options import RETAIN_KEY, clamped_retain_seconds
+from .options import RETAIN_MAX_SECONDS as RETAIN_MAX_SECONDS
+from .options import retain_seconds as retain_seconds
 from .payload import Item, check_json_native, compact_json, now, parse_json
 
 if TYPE_CHECKING:
@@ -69,8 +72,8 @@ FAILED = "failed"
 STATUSES = (QUEUED, SCHEDULED, RUNNING, RETRYING, SUCCEEDED, FAILED)
 FINISHED_STATUSES = (SUCCEEDED, FAILED)
 
-#: Payload option that turns results on, in seconds.
-RETAIN_OPTION = "retain"
+#: Payload option that turns results on, in seconds (its rule: ``jobsapp.options``).
+RETAIN_OPTION = RETAIN_KEY
 #: Record fields a running job writes about itself (``jobsapp.celery``'s ``update_state``, ``Ignore``).
 CUSTOM_STATE_FIELD = "custom_state"
 CUSTOM_META_FIELD = "custom_meta"
@@ -79,18 +82,13 @@ IGNORED_FIELD = "ignored"
 TRACEBACK_MAX_CHARS = 20_000
 
 
-def retain_seconds(item: Item) -> float | None:
-    """The item's ``retain`` in seconds, None when absent; ValueError for anything but a positive number."""
-    value = item.get(RETAIN_OPTION)
-    if value is None or value is False:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
-        raise ValueError(f'"retain" must be a positive number of seconds, not {value!r}')
-    return float(value)
+#: The longest TTL a record is given (a job scheduled far ahead plus its ``retain``): well under
+#: what Redis's EXPIRE accepts, so a record is never left without one.
+RECORD_TTL_MAX_SECONDS = 100 * 365 * 24 * 3600
 
 
 def _ttl(seconds: float) -> int:
-    return max(1, int(seconds + 0.999))
+    return max(1, min(int(seconds + 0.999), RECORD_TTL_MAX_SECONDS))
 
 
 _worker_name: tuple[int, str] | None = None
@@ -111,7 +109,7 @@ def identity_record_fields(item: Item) -> Fields:
         "class": str(item.get("class", "")),
         "queue": str(item.get("queue", "")),
         "args": compact_json(item.get("args", [])),
-        "retain_seconds": repr(float(item[RETAIN_OPTION])),
+        "retain_seconds": repr(clamped_retain_seconds(item) or 0.0),
     }
     if item.get("kwargs"):
         fields["kwargs"] = compact_json(item["kwargs"])
@@ -186,11 +184,9 @@ def attempt_number(item: Item) -> int:
 
 
 def safe_retain_seconds(item: Item) -> float | None:
-    """``retain_seconds`` for items read back from Redis: a bad value means no record."""
-    try:
-        return retain_seconds(item)
-    except ValueError:
-        return None
+    """``retain`` of an item read back from Redis (perhaps written by another client): clamped to
+    ``RETAIN_MAX_SECONDS``; a value that is not a positive number means no record."""
+    return clamped_retain_seconds(item)
 
 
 # --- reading -----------------------------------------------------------------------------

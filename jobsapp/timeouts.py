@@ -1,8 +1,8 @@
 """Job timeouts: ``sidekiq_options(timeout=seconds)`` raising ``JobTimeout`` inside a running job.
 
-``timeout_seconds`` validates the option when a class is declared and when a job is pushed (a
-bad value is a clear error before anything is written); the processor reads it again from the
-payload before the job runs (another client may have written it).
+``timeout_seconds`` (the option's rule, ``jobsapp.options``) validates the option when a class is
+declared and when a job is pushed (a bad value is a clear error before anything is written); the
+processor reads it again from the payload before the job runs (another client may have written it).
 
 A sync job's timeout is enforced by the process's ``Watchdog``: one thread,
 ``jobsapp.timeouts``, started with the first job that has a timeout (processes whose jobs have
@@ -42,37 +42,16 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
 from .clock import SYSTEM_CLOCK, Clock
 from .component import Component
 from .errors import JobTimeout
+from .options import TIMEOUT_KEY, positive_seconds, timeout_seconds
 
 logger = logging.getLogger("jobsapp.timeouts")
-
-#: The payload field (and sidekiq_options key) of a job's timeout, in seconds.
-TIMEOUT_KEY = "timeout"
-
-
-def positive_seconds(value: object, *, option: str) -> float:
-    """``value`` as float seconds; ValueError naming ``option`` unless it is a finite number > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ValueError(f"{option} must be a positive number of seconds, not {value!r}")
-    return float(value)
-
-
-def timeout_seconds(item: Mapping[str, Any]) -> float | None:
-    """The job's timeout in seconds, None when it has none (the option absent or null).
-
-    ValueError when it is not a positive number of seconds: refused at push, and a payload that
-    reaches a worker with one anyway (another client wrote it) is parked in the dead set with
-    this message rather than run without the limit it asked for."""
-    value = item.get(TIMEOUT_KEY)
-    if value is None:
-        return None
-    return positive_seconds(value, option="timeout")
 
 
 def raise_in_thread(thread_id: int, exception: type[BaseException] | None) -> None:
@@ -312,3 +291,6 @@ def default_watchdog() -> Watchdog:
         if _default is None:
             _default = Watchdog()
         return _default
+
+
+__all__ = ["TIMEOUT_KEY", "Guard", "GuardState", "Watchdog", "default_watchdog", "positive_seconds", "raise_in_thread", "timeout_seconds"]

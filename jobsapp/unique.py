@@ -19,43 +19,24 @@ A release that cannot reach Redis is logged; the lock then expires by itself.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import math
 from typing import TYPE_CHECKING
 
-from . import keys, scripts
+from . import scripts
 from .connection import CONNECTION_ERRORS
-from .payload import Item, compact_json
+from .options import DIGEST_KEY, UNTIL_CHOICES, unique_lock
+from .payload import Item
 
 if TYPE_CHECKING:
     import redis
 
 logger = logging.getLogger("jobsapp.unique")
 
-UNTIL_CHOICES = ("start", "success")
-DIGEST_KEY = "unique_digest"
-
 
 def lock_for(item: Item, *, scheduled_at: float | None, timestamp: float) -> tuple[str, int]:
-    """Validate the options, add ``unique_digest`` to ``item``; (lock key, TTL in ms).
-
-    ValueError on a bad ``unique_for`` or ``unique_until`` (nothing is written)."""
-    unique_for = item.get("unique_for")
-    if isinstance(unique_for, bool) or not isinstance(unique_for, (int, float)) or not 0 < unique_for < math.inf:
-        raise ValueError(f"unique_for must be a positive number of seconds, not {unique_for!r}")
-    until = item.get("unique_until", "success")
-    if until not in UNTIL_CHOICES:
-        raise ValueError(f'unique_until must be "start" or "success", not {until!r}')
-    identity = compact_json(
-        [item.get("class"), item.get("queue"), item.get("args", []), item.get("kwargs") or {}],
-        sort_keys=True,
-        allow_nan=True,
-    )
-    digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()
-    item[DIGEST_KEY] = digest
-    delay_seconds = max(0.0, (scheduled_at or timestamp) - timestamp)
-    return keys.unique_lock(digest), max(1, math.ceil((float(unique_for) + delay_seconds) * 1000))
+    """Validate the options, add ``unique_digest`` to ``item``; (lock key, TTL in ms) (the
+    option's rule, ``jobsapp.options``). ValueError on a bad option (nothing is written)."""
+    return unique_lock(item, scheduled_at=scheduled_at, timestamp=timestamp)
 
 
 def push_in(pipe: redis.client.Pipeline, lock: tuple[str, int], *, jid: str, data: bytes, queue: str, at: float | None) -> None:
@@ -73,3 +54,6 @@ def release(client: redis.Redis, item: Item, *, moment: str) -> None:
         scripts.unique_release(client, digest=digest, jid=str(item.get("jid", "")))
     except CONNECTION_ERRORS as exc:  # the job goes on (or is done); the lock expires by itself
         logger.warning("jid=%s could not release its unique lock (%s); it expires in time", item.get("jid"), exc)
+
+
+__all__ = ["DIGEST_KEY", "UNTIL_CHOICES", "lock_for", "push_in", "release"]

@@ -23,6 +23,8 @@ from jobsapp.processor import Processor
 from jobsapp.retry import RetryPolicy
 from tests.testapp.jobs import BatchComplete, BatchSuccess
 
+pytestmark = pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
+
 IDENTITY = "test:1:0000000000ee"
 INFLIGHT = keys.inflight(IDENTITY)
 PERIODIC_NAME = "nightly-report"
