@@ -287,3 +287,15 @@ def requeue(client: Client, *, inflight_key: str, jobs: Sequence[tuple[bytes, st
         [inflight_key, keys.QUEUES, *[keys.queue(queue) for _, queue in jobs]],
         [*[raw for raw, _ in jobs], *[queue for _, queue in jobs]],
     )
+
+
+def chord_part(
+    client: Client, *, chord_id: str, jid: str, value_json: str, header_size: int, ttl_seconds: int, callback_job: bytes, queue: str
+) -> tuple[bool, int, bool]:
+    """``chord_part.lua``: record header task ``jid``'s value in chord ``chord_id`` and push
+    ``callback_job`` to ``queue`` when that completes the ``header_size`` parts, atomically;
+    (added, parts recorded, pushed)."""
+    added, count, pushed = script("chord_part")(
+        client, [keys.chord(chord_id), keys.QUEUES, keys.queue(queue)], [jid, value_json, header_size, ttl_seconds, callback_job, queue]
+    )
+    return bool(int(added)), int(count), bool(int(pushed))

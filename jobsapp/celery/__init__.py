@@ -17,8 +17,9 @@ docs/celery.md's table: such options are accepted with a one-time ``RuntimeWarni
 with ``TypeError``.
 """
 
+from . import builtin_tasks as builtin_tasks  # registers celery.map and celery.starmap
 from .app import Celery
-from .canvas import Signature, chain, chord, group, signature, subtask
+from .canvas import Signature, chain, chord, chunks, group, maybe_signature, signature, subtask, xmap, xstarmap
 from .control import revoke
 from .exceptions import (
     ChordError,
@@ -56,10 +57,14 @@ __all__ = [
     "TimeoutError",
     "chain",
     "chord",
+    "chunks",
     "group",
+    "maybe_signature",
     "revoke",
     "shared_task",
     "signature",
     "subtask",
     "task",
+    "xmap",
+    "xstarmap",
 ]

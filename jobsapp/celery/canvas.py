@@ -1,20 +1,26 @@
 """Celery's canvas on the engine: ``Signature`` (``s``, ``si``, ``signature``), ``chain``,
-``group`` and ``chord``.
+``group``, ``chord``, ``xmap`` / ``xstarmap`` (``task.map`` / ``task.starmap``) and ``chunks``.
 
 A signature is a dict, as Celery's (``task``, ``args``, ``kwargs``, ``options``, ``immutable``,
 ``subtask_type``), so it rides inside a job's payload. Nothing runs a canvas centrally: every id
-is chosen when it is applied, and each task's job carries what follows it.
+is chosen (frozen) when it is applied, and each task's job carries what follows it.
 
 - ``chain(a, b, c)``: ``a`` is pushed with ``[b, c]``; when ``a`` succeeds its worker pushes ``b``
   with ``a``'s value prepended to its args (unless immutable) and ``[c]``, and so on. The chain's
-  ``AsyncResult`` is ``c``'s; if a step fails, the later steps are marked failed with its error.
-- ``group(a, b)``: each is pushed at once; a ``GroupResult`` gets their values in order.
+  result is ``c``'s, its ``parent`` ``b``'s, and so on up. A step that fails for good marks the
+  later steps failed with its error.
+- ``group(a, b)``: each is pushed at once (with the partial args given to all); a ``GroupResult``
+  gets their values in order. A one-task group in a chain is that task (Celery 5's unrolling).
 - ``chord(group, callback)``: the header tasks carry the chord (id, their ids in order, the
-  callback); the worker that stores the last header value pushes the callback with the list of
-  values in header order. A header task failing for good marks the callback failed (``ChordError``).
-- ``group | callback`` is a chord, ``chain(group, callback, ...)`` too (the rest of the chain
-  follows the callback). Other nestings (a chord inside a group, a group in the middle of a
-  chain) raise ``NotImplementedError`` when applied.
+  callback); the worker that records the last header value pushes, in the same Lua script,
+  ``celery.chord_unlock``, which gives the values in header order to the callback. A group
+  followed by anything in a chain is upgraded to a chord, as Celery does; a group that ends a
+  chain gets the previous value in each of its tasks.
+- ``link`` callbacks each get the task's value; ``link_error`` errbacks run when it fails for
+  good, as Celery 5 calls them (``jobsapp.celery.follow_up``).
+
+Not supported, refused with ``NotImplementedError`` when applied: a chord whose header holds
+chains, groups or chords (each header part must be a task).
 """
 
 from __future__ import annotations
@@ -25,13 +31,41 @@ import secrets
 from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
+from .. import client
+from ..payload import now
 from .options import check_options
-from .result import AsyncResult, GroupResult
+from .result import AsyncResult, GroupResult, ResultBase
 
 Returned = TypeVar("Returned", covariant=True)
 
 #: Options a signature keeps and honours; anything else is checked by ``check_options``.
-HONOURED_OPTIONS = ("task_id", "countdown", "eta", "expires", "queue", "headers", "ignore_result")
+HONOURED_OPTIONS = (
+    "task_id",
+    "group_id",
+    "countdown",
+    "eta",
+    "expires",
+    "queue",
+    "headers",
+    "ignore_result",
+    "link",
+    "link_error",
+    "soft_time_limit",
+    "time_limit",
+)
+
+#: Payload extras (the worker side reads them in ``jobsapp.celery.follow_up``).
+CHAIN_KEY = "celery_chain"  # the steps to push after this one succeeds (signature dicts)
+CHORD_KEY = "celery_chord"  # {"id", "header": [jids], "body": signature dict}
+LINK_KEY = "celery_link"  # callbacks, each pushed with this task's value (signature dicts)
+ERRBACK_KEY = "celery_link_error"  # errbacks, called when this task fails for good (signature dicts)
+EXPIRES_KEY = "celery_expires_at"  # epoch seconds after which the task is revoked unrun
+HEADERS_KEY = "celery_headers"
+
+#: How long results are kept (Celery's ``result_expires`` default: one day).
+RESULT_EXPIRES_SECONDS = 24 * 3600
+#: The engine's retry limit for Celery jobs: the task itself enforces ``max_retries``.
+ENGINE_RETRY_LIMIT = 10_000
 
 
 def new_id() -> str:
@@ -44,6 +78,50 @@ def _eta(options: dict[str, Any]) -> Any:
     if isinstance(eta, str):
         return dt.datetime.fromisoformat(eta)
     return eta
+
+
+def _epoch(when: float | dt.datetime) -> float:
+    if isinstance(when, dt.datetime):
+        return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
+    return float(when)
+
+
+def _jsonable(value: Any) -> Any:
+    """Celery's JSON serializer's view: tuples become lists (anything else is checked at push)."""
+    if isinstance(value, tuple | list):
+        return [_jsonable(element) for element in value]
+    if isinstance(value, dict):
+        return {key: _jsonable(element) for key, element in value.items()}
+    return value
+
+
+def _safe_repr(value: Any) -> str:
+    if isinstance(value, list) and value and all(isinstance(each, Signature) for each in value):
+        return "[" + ", ".join(repr(each) for each in value) + "]"
+    return repr(value)
+
+
+def reprcall(name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> str:
+    """``name(1, 2, key=3)``, as kombu prints a call."""
+    arguments = [*(_safe_repr(arg) for arg in args), *(f"{key}={value!r}" for key, value in (kwargs or {}).items())]
+    return f"{name}({', '.join(arguments)})"
+
+
+def remove_repeating_from_task(task_name: str, text: str) -> str:
+    """Celery's shortening: the task's module prefix is kept on its first occurrence only."""
+    module = str(task_name).rpartition(".")[0] + "."
+    index = text.find(module)
+    if index < 0:
+        return text
+    return text[: index + len(module)] + text[index + len(module) :].replace(module, "")
+
+
+def _list_option(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        return [dict(value)]
+    return [dict(each) for each in value]
 
 
 class Signature(dict[str, Any], Generic[Returned]):
@@ -70,11 +148,15 @@ class Signature(dict[str, Any], Generic[Returned]):
         unknown = {key: value for key, value in merged.items() if key not in HONOURED_OPTIONS}
         if unknown:
             check_options(unknown, where="signature()")
+        kept = {key: value for key, value in merged.items() if key in HONOURED_OPTIONS}
+        for name_of_list in ("link", "link_error"):
+            if name_of_list in kept:
+                kept[name_of_list] = _list_option(kept[name_of_list])
         super().__init__(
             task=name,
             args=list(args or ()),
             kwargs=dict(kwargs or {}),
-            options={key: value for key, value in merged.items() if key in HONOURED_OPTIONS},
+            options=kept,
             subtask_type=subtask_type,
             immutable=immutable,
         )
@@ -85,9 +167,11 @@ class Signature(dict[str, Any], Generic[Returned]):
     def task(self) -> str:
         return str(self["task"])
 
+    name = task
+
     @property
-    def args(self) -> list[Any]:
-        return list(self.get("args") or [])
+    def args(self) -> tuple[Any, ...]:
+        return tuple(self.get("args") or ())
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -102,23 +186,31 @@ class Signature(dict[str, Any], Generic[Returned]):
         return bool(self.get("immutable"))
 
     @property
+    def subtask_type(self) -> str | None:
+        return self.get("subtask_type")
+
+    @property
     def id(self) -> str | None:
         return self.options.get("task_id")
 
     def __repr__(self) -> str:
-        marker = "" if not self.immutable else "!"
-        arguments = ", ".join([*(repr(arg) for arg in self.args), *(f"{key}={value!r}" for key, value in self.kwargs.items())])
-        return f"{self.task}{marker}({arguments})"
+        return reprcall(self.task, self.args, self.kwargs)
+
+    def reprcall(self, *args: Any, **kwargs: Any) -> str:
+        """The call as it would be made with ``args`` prepended and ``kwargs`` merged."""
+        if self.immutable:
+            return reprcall(self.task, self.args, self.kwargs)
+        return reprcall(self.task, (*args, *self.args), {**self.kwargs, **kwargs})
 
     # --- building ----------------------------------------------------------------------
 
     def clone(self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, **options: Any) -> Signature[Returned]:
         """A copy with ``args`` prepended (unless immutable), ``kwargs`` and ``options`` merged."""
-        copy: Signature[Returned] = Signature(dict(self))
-        copy["args"] = list(self.args) if self.immutable or not args else [*args, *self.args]
-        copy["kwargs"] = self.kwargs if self.immutable else {**self.kwargs, **(kwargs or {})}
-        copy["options"] = {**self.options, **options}
-        return copy
+        copied = from_dict(copy.deepcopy(dict(self)))
+        copied["args"] = list(self.args) if self.immutable or not args else [*args, *self.args]
+        copied["kwargs"] = self.kwargs if self.immutable else {**self.kwargs, **(kwargs or {})}
+        copied["options"] = {**copy.deepcopy(self.options), **options}
+        return copied
 
     def set(self, immutable: bool | None = None, **options: Any) -> Signature[Returned]:
         """Change options in place (Celery's ``sig.set(queue=...)``); returns the signature."""
@@ -130,16 +222,43 @@ class Signature(dict[str, Any], Generic[Returned]):
             self["immutable"] = immutable
         return self
 
-    def freeze(self) -> str:
-        """Give the signature its task id now (kept when applied); returns it."""
+    def _append_option(self, name: str, other: Any) -> None:
         options = self.options
-        if not options.get("task_id"):
-            options["task_id"] = new_id()
-            self["options"] = options
-        return str(options["task_id"])
+        options[name] = [*_list_option(options.get(name)), dict(other)]
+        self["options"] = options
+
+    def link(self, callback: Signature[Any]) -> Signature[Any]:
+        """Apply ``callback`` with this task's value when it succeeds; returns the callback."""
+        self._append_option("link", callback)
+        return callback
+
+    def link_error(self, errback: Signature[Any]) -> Signature[Any]:
+        """Call ``errback`` when this task fails for good (as Celery 5 does); returns the errback."""
+        self._append_option("link_error", errback)
+        return errback
+
+    def on_error(self, errback: Signature[Any]) -> Signature[Returned]:
+        """``link_error`` that returns this signature, for chaining."""
+        self.link_error(errback)
+        return self
+
+    def freeze(self, _id: str | None = None, group_id: str | None = None, **options: Any) -> AsyncResult[Returned]:
+        """Give the signature its ids now (kept when applied); returns its result."""
+        if _id is not None and not self.id:
+            self.set(task_id=_id)
+        _freeze_all(self)
+        return _result_for(self, None)  # type: ignore[return-value]  # a task's result is an AsyncResult
 
     def __or__(self, other: Signature[Any]) -> Signature[Any]:  # type: ignore[override]  # Celery's | builds a chain, not a merged dict
         return chain(self, other)
+
+    def __invert__(self) -> Returned:
+        """``sig.apply_async().get()`` (a shell shortcut, as Celery's)."""
+        return self.apply_async().get()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Signature[Returned]:
+        copied = from_dict({key: copy.deepcopy(value, memo) for key, value in self.items()})
+        return copied
 
     # --- applying ----------------------------------------------------------------------
 
@@ -149,163 +268,374 @@ class Signature(dict[str, Any], Generic[Returned]):
         """Push the task with ``args`` prepended and ``options`` over the signature's."""
         if route_name is not None:
             check_options({"route_name": route_name}, where="Signature.apply_async()")
+        unknown = {key: value for key, value in options.items() if key not in HONOURED_OPTIONS}
+        if unknown:
+            check_options(unknown, where="Signature.apply_async()")
+        options = {key: value for key, value in options.items() if key in HONOURED_OPTIONS}
+        for name_of_list in ("link", "link_error"):
+            if name_of_list in options:
+                options[name_of_list] = [*_list_option(self.options.get(name_of_list)), *_list_option(options[name_of_list])]
         clone = self.clone(args, kwargs, **options)
-        task_id = clone.freeze()
+        _freeze_all(clone)
+        result = _result_for(clone, None)
+        if not clone.subtask_type and isinstance(result, AsyncResult):
+            ignored = clone.options.get("ignore_result")
+            if ignored is None:
+                try:
+                    ignored = lookup_task(clone.task).ignore_result
+                except KeyError:  # not defined here: its result is stored
+                    ignored = False
+            result.ignored = bool(ignored)
         push_step(clone, [], rest=[])
-        return AsyncResult(task_id, task_name=clone.task)
+        return result  # type: ignore[return-value]  # a task's result is an AsyncResult
 
     def delay(self, *partial_args: Any, **partial_kwargs: Any) -> AsyncResult[Returned]:
         return self.apply_async(partial_args, partial_kwargs)
 
     def __call__(self, *partial_args: Any, **partial_kwargs: Any) -> Returned:
         """Run the task here and now (a plain call, as Celery's)."""
-        from .task import lookup
-
         clone = self.clone(partial_args, partial_kwargs)
-        return lookup(clone.task)(*clone.args, **clone.kwargs)
+        return lookup_task(clone.task)(*clone.args, **clone.kwargs)
+
+
+def lookup_task(name: str) -> Any:
+    """The task defined under ``name`` in this process (``NotRegistered``, a KeyError, if none)."""
+    from .task import lookup  # task.py builds on this module: looked up at call time
+
+    return lookup(name)
+
+
+def from_dict(data: dict[str, Any]) -> Signature[Any]:
+    """The signature object of a signature dict, of the class its ``subtask_type`` names."""
+    kind = data.get("subtask_type")
+    cls: type[Signature[Any]] = _TYPES.get(kind, Signature) if isinstance(kind, str) else Signature
+    made = cls.__new__(cls)
+    dict.__init__(made, data)
+    made.setdefault("options", {})
+    return made
 
 
 def signature(varies: Any, *args: Any, **kwargs: Any) -> Signature[Any]:
     """Celery's ``signature(name_or_sig_or_dict, args=..., kwargs=..., **options)``."""
     if isinstance(varies, Signature):
         return varies.clone()
+    if isinstance(varies, dict):
+        return from_dict(copy.deepcopy(varies))
     return Signature(varies, *args, **kwargs)
 
 
 subtask = signature
+maybe_signature = signature
 
 
-def push_step(step: dict[str, Any], prepend: list[Any], *, rest: list[dict[str, Any]]) -> str:
-    """Push one signature dict (a chain or chord dict too) with ``prepend`` before its args and
-    ``rest`` to follow it; returns the pushed task's id. Used by workers for follow-ups."""
-    from .task import lookup
-
-    kind = step.get("subtask_type")
-    if kind == "chain":
-        steps = list(step["kwargs"]["tasks"])
-        return push_step(steps[0], prepend, rest=[*steps[1:], *rest])
-    if kind == "chord":
-        if rest:
-            body = dict(step["kwargs"]["body"])
-            body_options = dict(body.get("options") or {})
-            body = {"subtask_type": "chain", "kwargs": {"tasks": [body, *rest]}, "options": body_options}
-            step = {**step, "kwargs": {**step["kwargs"], "body": body}}
-        return _apply_chord(step["kwargs"]["header"], step["kwargs"]["body"], prepend)
-    if kind == "group":
-        raise NotImplementedError("a group inside a chain is only supported first, followed by a callback (a chord)")
-    signature_step: Signature[Any] = Signature(dict(step))
-    options = signature_step.options
-    immutable = signature_step.immutable
-    args = signature_step.args if immutable or not prepend else [*prepend, *signature_step.args]
-    task = lookup(signature_step.task)
-    return task._push(
-        args,
-        signature_step.kwargs,
-        task_id=options.get("task_id"),
-        countdown=options.get("countdown"),
-        eta=_eta(options),
-        expires=options.get("expires"),
-        queue=options.get("queue"),
-        headers=options.get("headers"),
-        ignore_result=options.get("ignore_result"),
-        chain=[dict(each) for each in rest],
-    )
-
-
-def _last_id(step: dict[str, Any]) -> str:
-    """The id whose result is a step's outcome (a chain's last task, a chord's callback), frozen."""
-    kind = step.get("subtask_type")
-    if kind == "chain":
-        return _last_id(step["kwargs"]["tasks"][-1])
-    if kind == "chord":
-        return _last_id(step["kwargs"]["body"])
-    options = step.setdefault("options", {})
-    if not options.get("task_id"):
-        options["task_id"] = new_id()
-    return str(options["task_id"])
+# --- ids and results ------------------------------------------------------------------------
 
 
 def _freeze_all(step: dict[str, Any]) -> None:
+    """Give every task of a step its id (in place), and every group its group id."""
     kind = step.get("subtask_type")
+    options = step.setdefault("options", {})
     if kind in ("chain", "group"):
+        if kind == "group" and not options.get("group_id"):
+            options["group_id"] = new_id()
         for each in step["kwargs"]["tasks"]:
             _freeze_all(each)
     elif kind == "chord":
+        if not options.get("group_id"):
+            options["group_id"] = new_id()
         for each in step["kwargs"]["header"]:
             _freeze_all(each)
-        _freeze_all(step["kwargs"]["body"])
+        if step["kwargs"]["body"] is not None:
+            _freeze_all(step["kwargs"]["body"])
+    elif kind == "chunks":
+        if not options.get("group_id"):
+            options["group_id"] = new_id()
+        ids = options.get("chunk_ids")
+        if not ids:
+            options["chunk_ids"] = [new_id() for _ in _chunk_args(step)]
     else:
-        _last_id(step)
+        if not options.get("task_id"):
+            options["task_id"] = new_id()
+        for each in _list_option(options.get("link")):
+            _freeze_all(each)
+        options["link"] = options.get("link") or []
 
 
-def _apply_chord(header: list[dict[str, Any]], body: dict[str, Any], prepend: list[Any]) -> str:
+def _result_for(step: dict[str, Any], parent: ResultBase | None) -> ResultBase:
+    """The result handle of a frozen step, its ``parent`` set (a chain's previous step)."""
+    kind = step.get("subtask_type")
+    options = step.get("options") or {}
+    if kind == "chain":
+        result = parent
+        for each in step["kwargs"]["tasks"]:
+            result = _result_for(each, result)
+        if result is None:
+            raise ValueError("an empty chain has nothing to run")
+        return result
+    if kind == "group":
+        members: list[Any] = [_result_for(each, None) for each in step["kwargs"]["tasks"]]
+        return GroupResult(options["group_id"], members, parent=parent)
+    if kind == "chord":
+        header_results: list[Any] = [_result_for(each, None) for each in step["kwargs"]["header"]]
+        header = GroupResult(options["group_id"], header_results, parent=parent)
+        return _result_for(step["kwargs"]["body"], header)
+    if kind == "chunks":
+        return GroupResult(options["group_id"], [AsyncResult(each) for each in options["chunk_ids"]], parent=parent)
+    task_result: AsyncResult[Any] = AsyncResult(options["task_id"], task_name=step.get("task"), parent=parent)
+    task_result._children = [_result_for(each, None) for each in _list_option(options.get("link"))]
+    return task_result
+
+
+def result_ids(step: dict[str, Any]) -> list[str]:
+    """The task ids whose results stand for a step (every task it would run)."""
+    kind = step.get("subtask_type")
+    options = step.get("options") or {}
+    if kind in ("chain", "group"):
+        return [each_id for each in step["kwargs"]["tasks"] for each_id in result_ids(each)]
+    if kind == "chord":
+        body = step["kwargs"]["body"]
+        return [each_id for each in step["kwargs"]["header"] for each_id in result_ids(each)] + (result_ids(body) if body else [])
+    if kind == "chunks":
+        return list(options.get("chunk_ids") or [])
+    return [options["task_id"]] if options.get("task_id") else []
+
+
+# --- pushing ------------------------------------------------------------------------------
+
+
+def push_step(step: dict[str, Any], prepend: Sequence[Any], *, rest: Sequence[dict[str, Any]]) -> None:
+    """Push one frozen signature dict (of any kind) with ``prepend`` before its args and ``rest``
+    to follow it. Used by producers and by workers for follow-ups."""
+    kind = step.get("subtask_type")
+    rest = list(rest)
+    if kind == "chain":
+        steps = list(step["kwargs"]["tasks"])
+        if not steps:
+            raise ValueError("an empty chain has nothing to run")
+        push_step(steps[0], prepend, rest=[*steps[1:], *rest])
+        return
+    if kind == "group":
+        members = list(step["kwargs"]["tasks"])
+        if rest:  # a group followed by more: a chord whose callback is the rest (as Celery upgrades it)
+            push_step(_chord_dict(members, _chain_dict(rest), step.get("options") or {}), prepend, rest=[])
+            return
+        for each in members:
+            push_step(each, prepend, rest=[])
+        return
+    if kind == "chord":
+        body = step["kwargs"]["body"]
+        if rest:
+            body = _chain_dict([body, *rest])
+        _apply_chord(list(step["kwargs"]["header"]), body, list(prepend), chord_id=(step.get("options") or {}).get("group_id"))
+        return
+    if kind == "chunks":
+        for chunk_id, arguments in zip(step["options"]["chunk_ids"], _chunk_args(step), strict=True):
+            push_step(xstarmap(step["kwargs"]["task"], arguments).set(task_id=chunk_id), [], rest=[])
+        if rest:
+            raise NotImplementedError("chunks followed by more steps in a chain is not supported")
+        return
+    _push_task(step, prepend, rest=rest)
+
+
+def _push_task(step: dict[str, Any], prepend: Sequence[Any], *, rest: Sequence[dict[str, Any]], chord: dict[str, Any] | None = None) -> str:
+    """Push one task signature; a task this process does not define is pushed by name (the
+    workers that define it run it; the others file it as an unknown class)."""
+    signature_step = from_dict(dict(step))
+    options = signature_step.options
+    args = list(signature_step.args) if signature_step.immutable or not prepend else [*prepend, *signature_step.args]
+    try:
+        task = lookup_task(signature_step.task)
+    except KeyError:  # NotRegistered: not defined here (a rolling deploy); pushed by name below
+        task = None
+    push_options: dict[str, Any] = {
+        "task_id": options.get("task_id"),
+        "countdown": options.get("countdown"),
+        "eta": _eta(options),
+        "expires": options.get("expires"),
+        "queue": options.get("queue"),
+        "headers": options.get("headers"),
+        "ignore_result": options.get("ignore_result"),
+        "chain": [dict(each) for each in rest],
+        "chord": chord,
+        "link": _list_option(options.get("link")),
+        "link_error": _list_option(options.get("link_error")),
+    }
+    if task is not None:
+        limits = {name: options[name] for name in ("soft_time_limit", "time_limit") if options.get(name) is not None}
+        return str(task._push(args, signature_step.kwargs, **push_options, **limits))
+    return push_by_name(signature_step.task, args, signature_step.kwargs, **push_options)
+
+
+def build_item(
+    name: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    task_id: str | None = None,
+    countdown: float | None = None,
+    eta: dt.datetime | float | None = None,
+    expires: float | dt.datetime | None = None,
+    queue: str | None = None,
+    headers: dict[str, Any] | None = None,
+    ignore_result: bool | None = None,
+    chain: list[dict[str, Any]] | None = None,
+    chord: dict[str, Any] | None = None,
+    link: list[dict[str, Any]] | None = None,
+    link_error: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The Sidekiq item of one Celery task call (``at`` for a deferred one)."""
+    item: dict[str, Any] = {"class": name, "args": _jsonable(list(args)), "retry": ENGINE_RETRY_LIMIT}
+    if kwargs:
+        item["kwargs"] = _jsonable(dict(kwargs))
+    if queue:
+        item["queue"] = queue
+    if task_id:
+        item["jid"] = task_id
+    if not ignore_result or chord is not None or chain or link:
+        item["retain"] = RESULT_EXPIRES_SECONDS
+    if expires is not None:
+        item[EXPIRES_KEY] = _epoch(expires) if isinstance(expires, dt.datetime) else now() + float(expires)
+    if headers:
+        item[HEADERS_KEY] = headers
+    if chain:
+        item[CHAIN_KEY] = chain
+    if chord is not None:
+        item[CHORD_KEY] = chord
+    if link:
+        item[LINK_KEY] = link
+    if link_error:
+        item[ERRBACK_KEY] = link_error
+    if eta is not None:
+        item["at"] = _epoch(eta)
+    elif countdown:
+        item["at"] = now() + float(countdown)
+    return item
+
+
+def push_by_name(name: str, args: Sequence[Any], kwargs: dict[str, Any], **options: Any) -> str:
+    """Push task ``name`` for the workers that define it; this process needs not."""
+    jid = client.push(build_item(name, args, kwargs, **options))
+    if jid is None:
+        raise RuntimeError(f"a client middleware stopped the push of {name}; nothing was enqueued")
+    return jid
+
+
+def _chain_dict(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(steps) == 1:
+        return steps[0]
+    return {"task": "celery.chain", "args": [], "kwargs": {"tasks": steps}, "options": {}, "subtask_type": "chain", "immutable": False}
+
+
+def _chord_dict(header: list[dict[str, Any]], body: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "task": "celery.chord",
+        "args": [],
+        "kwargs": {"header": header, "body": body},
+        "options": dict(options),
+        "subtask_type": "chord",
+        "immutable": False,
+    }
+
+
+def _apply_chord(header: list[dict[str, Any]], body: dict[str, Any], prepend: list[Any], *, chord_id: str | None = None) -> None:
     for each in header:
         if each.get("subtask_type"):
-            raise NotImplementedError("a chord's header must be plain task signatures")
+            raise NotImplementedError(
+                "a chord's header must be task signatures: chains, groups and chords inside a chord's header are not supported"
+            )
     _freeze_all(body)
-    body_id = _last_id(body)
     if not header:
         push_step(body, [[]], rest=[])
-        return body_id
-    frozen: list[Signature[Any]] = [Signature(dict(each)) for each in header]
-    header_ids = [each.freeze() for each in frozen]
-    chord_info = {"id": new_id(), "header": header_ids, "body": body}
-    from .task import lookup
+        return
+    for each in header:
+        _freeze_all(each)
+    header_ids = [str(each["options"]["task_id"]) for each in header]
+    chord_info = {"id": chord_id or new_id(), "header": header_ids, "body": body}
+    for each in header:
+        _push_task(each, prepend, rest=[], chord=chord_info)
 
-    for each in frozen:
-        options = each.options
-        args = each.args if each.immutable or not prepend else [*prepend, *each.args]
-        lookup(each.task)._push(
-            args,
-            each.kwargs,
-            task_id=options["task_id"],
-            countdown=options.get("countdown"),
-            eta=_eta(options),
-            expires=options.get("expires"),
-            queue=options.get("queue"),
-            headers=options.get("headers"),
-            chord=chord_info,
-        )
-    return body_id
+
+# --- the primitives ---------------------------------------------------------------------------
 
 
 def _flatten(tasks: tuple[Any, ...]) -> list[Signature[Any]]:
     if len(tasks) == 1 and not isinstance(tasks[0], dict) and isinstance(tasks[0], Iterable):
-        return [each if isinstance(each, Signature) else Signature(dict(each)) for each in tasks[0]]
-    return [each if isinstance(each, Signature) else Signature(dict(each)) for each in tasks]
+        return [signature(each) if not isinstance(each, Signature) else each for each in tasks[0]]
+    return [signature(each) if not isinstance(each, Signature) else each for each in tasks]
+
+
+def _unroll(step: Signature[Any]) -> Signature[Any]:
+    """A one-task group is that task (Celery 5's group unrolling)."""
+    if step.subtask_type == "group" and len(step["kwargs"]["tasks"]) == 1:
+        return _unroll(from_dict(dict(step["kwargs"]["tasks"][0])))
+    return step
 
 
 class chain(Signature[Any]):
     """Tasks run one after another, each given the previous one's value first."""
 
     def __init__(self, *tasks: Any, **options: Any) -> None:
-        steps = _flatten(tasks)
-        # chain(group, callback, ...) is a chord followed by the rest (as Celery upgrades it)
-        if len(steps) >= 2 and steps[0].get("subtask_type") == "group":
-            steps = [chord(steps[0], steps[1]), *steps[2:]]
+        steps: list[Signature[Any]] = []
+        for each in _flatten(tasks):
+            each = _unroll(each)
+            if each.subtask_type == "chain":
+                for inner in each["kwargs"]["tasks"]:
+                    steps.append(from_dict(dict(inner)))
+            elif steps and steps[-1].subtask_type == "group" and each.subtask_type != "group":
+                steps[-1] = chord(steps[-1], each)  # group | task -> chord, as Celery upgrades it
+            else:
+                steps.append(each)
         super().__init__("celery.chain", (), {"tasks": [dict(each) for each in steps]}, subtask_type="chain", **options)
 
     @property
     def tasks(self) -> tuple[Signature[Any], ...]:
-        return tuple(Signature(dict(each)) for each in self["kwargs"]["tasks"])
+        return tuple(from_dict(dict(each)) for each in self["kwargs"]["tasks"])
+
+    def __repr__(self) -> str:
+        tasks = self.tasks
+        if not tasks:
+            return f"<chain@{id(self):#x}: empty>"
+        return remove_repeating_from_task(tasks[0].get("task") or "", " | ".join(repr(each) for each in tasks))
 
     def __or__(self, other: Signature[Any]) -> Signature[Any]:  # type: ignore[override]  # Celery's | builds a chain, not a merged dict
         return chain(*self.tasks, other)
 
+    def link(self, callback: Signature[Any]) -> Signature[Any]:
+        """Link ``callback`` to the last task of the chain."""
+        steps = list(self["kwargs"]["tasks"])
+        last = from_dict(dict(steps[-1]))
+        last.link(callback)
+        steps[-1] = dict(last)
+        self["kwargs"] = {**self["kwargs"], "tasks": steps}
+        return callback
+
+    def link_error(self, errback: Signature[Any]) -> Signature[Any]:
+        """Link ``errback`` to every task of the chain (the one that fails calls it)."""
+        steps = []
+        for each in self["kwargs"]["tasks"]:
+            step = from_dict(dict(each))
+            step.link_error(errback)
+            steps.append(dict(step))
+        self["kwargs"] = {**self["kwargs"], "tasks": steps}
+        return errback
+
+    def freeze(self, _id: str | None = None, group_id: str | None = None, **options: Any) -> AsyncResult[Any]:
+        _freeze_all(self)
+        return _result_for(self, None)  # type: ignore[return-value]
+
     def apply_async(
         self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, route_name: str | None = None, **options: Any
     ) -> AsyncResult[Any]:
-        steps = copy.deepcopy(list(self["kwargs"]["tasks"]))  # ids are chosen per application
+        steps = copy.deepcopy(list(self["kwargs"]["tasks"]))  # ids are chosen per application, unless frozen
         if not steps:
             raise ValueError("an empty chain has nothing to run")
-        for step in steps:
-            _freeze_all(step)
-        last = _last_id(steps[-1])
-        first = dict(steps[0])
         if kwargs or options:
-            first = dict(Signature(first).clone((), kwargs, **options))
-        push_step(first, list(args or ()), rest=steps[1:])
-        return AsyncResult(last)
+            steps[0] = dict(from_dict(steps[0]).clone((), kwargs, **options))
+        frozen = _chain_dict(steps) if len(steps) > 1 else steps[0]
+        _freeze_all(frozen)
+        result = _result_for(frozen, None)
+        push_step(frozen, list(args or ()), rest=[])
+        return result  # type: ignore[return-value]
 
     def __call__(self, *args: Any, **kwargs: Any) -> AsyncResult[Any]:
         return self.apply_async(args, kwargs)
@@ -320,23 +650,71 @@ class group(Signature[Any]):
 
     @property
     def tasks(self) -> list[Signature[Any]]:
-        return [Signature(dict(each)) for each in self["kwargs"]["tasks"]]
+        return [from_dict(dict(each)) for each in self["kwargs"]["tasks"]]
+
+    def __repr__(self) -> str:
+        tasks = self.tasks
+        if not tasks:
+            return "group(<empty>)"
+        return remove_repeating_from_task(tasks[0].get("task") or "", f"group({_safe_repr(tasks)})")
+
+    def __len__(self) -> int:
+        return len(self["kwargs"]["tasks"])
 
     def __or__(self, other: Signature[Any]) -> Signature[Any]:  # type: ignore[override]  # Celery's | builds a chain, not a merged dict
         return chord(self, other)
 
+    def link(self, callback: Signature[Any]) -> Signature[Any]:
+        """Celery links a group's callback to its first task only, made immutable."""
+        steps = list(self["kwargs"]["tasks"])
+        first = from_dict(dict(steps[0]))
+        first.link(callback.clone().set(immutable=True))
+        steps[0] = dict(first)
+        self["kwargs"] = {**self["kwargs"], "tasks": steps}
+        return callback
+
+    def link_error(self, errback: Signature[Any]) -> Signature[Any]:
+        """Every task of the group gets the errback (it may be called once per failing task)."""
+        steps = []
+        for each in self["kwargs"]["tasks"]:
+            step = from_dict(dict(each))
+            step.link_error(errback.clone())
+            steps.append(dict(step))
+        self["kwargs"] = {**self["kwargs"], "tasks": steps}
+        return errback
+
+    def skew(self, start: float = 1.0, stop: float | None = None, step: float = 1.0) -> group:
+        """Give the tasks countdowns ``start``, ``start + step``, ... (at most ``stop``)."""
+        steps = []
+        for index, each in enumerate(self["kwargs"]["tasks"]):
+            countdown = start + index * step
+            if stop is not None:
+                countdown = min(countdown, stop)
+            steps.append(dict(from_dict(dict(each)).clone(countdown=countdown)))
+        self["kwargs"] = {**self["kwargs"], "tasks": steps}
+        return self
+
+    def freeze(self, _id: str | None = None, group_id: str | None = None, **options: Any) -> GroupResult:
+        if (_id or group_id) and not self.options.get("group_id"):
+            self.set(group_id=_id or group_id)
+        _freeze_all(self)
+        return _result_for(self, None)  # type: ignore[return-value]
+
     def apply_async(
         self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, route_name: str | None = None, **options: Any
     ) -> GroupResult:
-        members: list[AsyncResult[Any]] = []
-        for each in self.tasks:
-            if each.get("subtask_type"):
-                raise NotImplementedError("a group of chains, groups or chords is not supported; use plain task signatures")
-            clone = each.clone(args, kwargs, **options)
-            task_id = clone.freeze()
-            push_step(clone, [], rest=[])
-            members.append(AsyncResult(task_id, task_name=clone.task))
-        return GroupResult(new_id(), members)
+        frozen = copy.deepcopy(dict(self))
+        members = []
+        for each in frozen["kwargs"]["tasks"]:
+            member = from_dict(each)
+            if not member.subtask_type and (kwargs or options):
+                member = member.clone((), kwargs, **options)
+            members.append(dict(member))
+        frozen["kwargs"]["tasks"] = members
+        _freeze_all(frozen)
+        result = _result_for(frozen, None)
+        push_step(frozen, list(args or ()), rest=[])
+        return result  # type: ignore[return-value]
 
     def __call__(self, *args: Any, **kwargs: Any) -> GroupResult:
         return self.apply_async(args, kwargs)
@@ -347,7 +725,7 @@ class chord(Signature[Any]):
 
     def __init__(self, header: Any, body: Any = None, **options: Any) -> None:
         if isinstance(header, dict) and header.get("subtask_type") == "group":
-            tasks: list[Signature[Any]] = [Signature(dict(each)) for each in header["kwargs"]["tasks"]]
+            tasks: list[Signature[Any]] = [from_dict(dict(each)) for each in header["kwargs"]["tasks"]]
         else:
             tasks = _flatten((header,))
         super().__init__(
@@ -359,13 +737,52 @@ class chord(Signature[Any]):
         )
 
     @property
-    def tasks(self) -> list[Signature[Any]]:
-        return [Signature(dict(each)) for each in self["kwargs"]["header"]]
+    def tasks(self) -> tuple[Signature[Any], ...]:
+        return tuple(from_dict(dict(each)) for each in self["kwargs"]["header"])
 
     @property
     def body(self) -> Signature[Any] | None:
         body = self["kwargs"]["body"]
-        return Signature(dict(body)) if body is not None else None
+        return from_dict(dict(body)) if body is not None else None
+
+    def __repr__(self) -> str:
+        body = self.body
+        if body is None:
+            return f"<chord without body: {list(self.tasks)!r}>"
+        if isinstance(body, chain):
+            first, *others = body.tasks
+            return remove_repeating_from_task(first.task, f"%({first.reprcall(self.tasks)} | {chain(*others)!r})")
+        return "%" + remove_repeating_from_task(body.task, body.reprcall(self.tasks))
+
+    def __or__(self, other: Signature[Any]) -> Signature[Any]:  # type: ignore[override]  # Celery's | builds a chain, not a merged dict
+        body = self.body
+        if body is None:
+            return chord(self.tasks, other)
+        return chord(self.tasks, chain(body, other))
+
+    def link(self, callback: Signature[Any]) -> Signature[Any]:
+        """Link ``callback`` to the chord's callback."""
+        body = self.body
+        if body is None:
+            raise ValueError("a chord without a callback cannot be linked")
+        body.link(callback)
+        self["kwargs"] = {**self["kwargs"], "body": dict(body)}
+        return callback
+
+    def link_error(self, errback: Signature[Any]) -> Signature[Any]:
+        """Link ``errback`` to the chord's callback (called once if a header task or the callback fails)."""
+        body = self.body
+        if body is None:
+            raise ValueError("a chord without a callback cannot be linked")
+        body.link_error(errback)
+        self["kwargs"] = {**self["kwargs"], "body": dict(body)}
+        return errback
+
+    def freeze(self, _id: str | None = None, group_id: str | None = None, **options: Any) -> AsyncResult[Any]:
+        if self.body is None:
+            raise ValueError("a chord needs a callback to be frozen")
+        _freeze_all(self)
+        return _result_for(self, None)  # type: ignore[return-value]
 
     def apply_async(
         self,
@@ -378,9 +795,90 @@ class chord(Signature[Any]):
         callback = body if body is not None else self["kwargs"]["body"]
         if callback is None:
             raise ValueError("a chord needs a callback: chord(header, callback) or chord(header)(callback)")
-        callback = copy.deepcopy(dict(callback))  # ids are chosen per application
-        body_id = _apply_chord(copy.deepcopy(list(self["kwargs"]["header"])), callback, list(args or ()))
-        return AsyncResult(body_id)
+        frozen = _chord_dict(copy.deepcopy(list(self["kwargs"]["header"])), copy.deepcopy(dict(callback)), self.options)
+        for each in frozen["kwargs"]["header"]:
+            if each.get("subtask_type"):
+                raise NotImplementedError(
+                    "a chord's header must be task signatures: chains, groups and chords inside a chord's header are not supported"
+                )
+        _freeze_all(frozen)
+        result = _result_for(frozen, None)
+        push_step(frozen, list(args or ()), rest=[])
+        return result  # type: ignore[return-value]
 
     def __call__(self, body: Any = None, **options: Any) -> AsyncResult[Any]:
         return self.apply_async((), {}, body=body, **options)
+
+
+class xmap(Signature[Any]):
+    """``task.map(items)``: one task calling ``task(item)`` for each item, in order."""
+
+    task_name = "celery.map"
+
+    def __init__(self, task: Any, it: Iterable[Any], **options: Any) -> None:
+        super().__init__(self.task_name, (), {"task": dict(signature(task)), "it": _jsonable(list(it))}, subtask_type=None, **options)
+
+    def __repr__(self) -> str:
+        return f"[{self['kwargs']['task']['task']}(x) for x in {_truncate(repr(self['kwargs']['it']))}]"
+
+
+class xstarmap(xmap):
+    """``task.starmap(items)``: one task calling ``task(*item)`` for each item, in order."""
+
+    task_name = "celery.starmap"
+
+    def __repr__(self) -> str:
+        return f"[{self['kwargs']['task']['task']}(*x) for x in {_truncate(repr(self['kwargs']['it']))}]"
+
+
+def _truncate(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _chunk_args(step: dict[str, Any]) -> list[list[Any]]:
+    items = list(step["kwargs"]["it"])
+    size = int(step["kwargs"]["n"])
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
+class chunks(Signature[Any]):
+    """``task.chunks(items, n)``: the items split in parts of ``n``, one ``starmap`` task per part."""
+
+    def __init__(self, task: Any, it: Iterable[Any], n: int, **options: Any) -> None:
+        if int(n) < 1:
+            raise ValueError("chunks need a size of at least 1")
+        items = _jsonable(list(it))
+        super().__init__("celery.chunks", (), {"task": dict(signature(task)), "it": items, "n": int(n)}, subtask_type="chunks", **options)
+
+    def group(self) -> group:
+        """The group of ``starmap`` tasks, one per part."""
+        task = self["kwargs"]["task"]
+        return group(xstarmap(task, part) for part in _chunk_args(self))
+
+    def freeze(self, _id: str | None = None, group_id: str | None = None, **options: Any) -> GroupResult:
+        _freeze_all(self)
+        return _result_for(self, None)  # type: ignore[return-value]
+
+    def apply_async(
+        self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, route_name: str | None = None, **options: Any
+    ) -> GroupResult:
+        return self.group().apply_async(args, kwargs, **options)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> GroupResult:
+        return self.apply_async(args, kwargs)
+
+
+_TYPES: dict[str, type[Signature[Any]]] = {"chain": chain, "group": group, "chord": chord, "chunks": chunks}
+
+__all__ = [
+    "Signature",
+    "chain",
+    "chord",
+    "chunks",
+    "group",
+    "maybe_signature",
+    "signature",
+    "subtask",
+    "xmap",
+    "xstarmap",
+]

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any, Generic, Literal, TypeVar
 
 from .. import results
-from .exceptions import TaskFailure, TaskRevokedError, TimeoutError
+from .exceptions import CeleryError, TaskFailure, TaskRevokedError, TimeoutError
 
 State = Literal["PENDING", "STARTED", "RETRY", "FAILURE", "SUCCESS"]
 
@@ -47,6 +47,10 @@ def _exception_for(record: results.JobResult) -> BaseException:
     path = record.error_class
     module_name, _, class_name = path.rpartition(".")
     candidate: Any = getattr(builtins, path, None) if not module_name else getattr(sys.modules.get(module_name), class_name, None)
+    if isinstance(candidate, type) and issubclass(candidate, BaseException) and not issubclass(candidate, Exception):
+        # SystemExit, KeyboardInterrupt...: raised in the caller they would stop it (a web process
+        # would exit); a regular exception describes them instead
+        return TaskFailure(path, record.error_message)
     if isinstance(candidate, type) and issubclass(candidate, BaseException):
         try:
             return candidate(record.error_message)
@@ -67,6 +71,10 @@ class ResultBase:
     parent: ResultBase | None = None
 
 
+class IncompleteStream(CeleryError):
+    """``collect()`` met a result that is not ready yet (and ``intermediate`` was not asked for)."""
+
+
 class AsyncResult(ResultBase, Generic[Returned]):
     """A handle on one task's result, by task id (the job's jid)."""
 
@@ -78,6 +86,9 @@ class AsyncResult(ResultBase, Generic[Returned]):
         self.id = id
         self.task_name = task_name
         self.parent = parent
+        self._children: list[ResultBase] | None = None
+        #: Set by ``apply_async`` for a task whose result is not stored: ``get()`` returns None at once.
+        self.ignored = False
 
     def __repr__(self) -> str:
         return f"<AsyncResult: {self.id}>"
@@ -141,6 +152,10 @@ class AsyncResult(ResultBase, Generic[Returned]):
     def get(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5, **options: Any) -> Returned:
         """Wait for the task to finish and return its value; raise its error (``propagate``) or
         ``TimeoutError`` after ``timeout`` seconds."""
+        if options.get("on_message") is not None:
+            raise TypeError("AsyncResult.get(on_message=...) is not supported: read .state and .info instead")
+        if self.ignored:
+            return None  # type: ignore[return-value]  # Celery's get() of an ignored result
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             record = self._record()
@@ -175,6 +190,25 @@ class AsyncResult(ResultBase, Generic[Returned]):
     def as_list(self) -> list[AsyncResult[Any]]:
         return [self]
 
+    @property
+    def children(self) -> list[Any] | None:
+        """The results of the callbacks linked to this task when it was applied from this process
+        (None for a handle made from an id: children are not stored with the result)."""
+        return self._children
+
+    def collect(self, intermediate: bool = False, **options: Any) -> Iterator[tuple[ResultBase, Any]]:
+        """``(result, value)`` for this result, then its children, depth first (Celery's graph walk);
+        ``IncompleteStream`` at a result not ready yet, unless ``intermediate``."""
+        pending: list[Any] = [self]
+        while pending:
+            node = pending.pop(0)
+            if not node.ready():
+                if not intermediate:
+                    raise IncompleteStream(f"result {node.id} is not ready")
+                continue
+            yield node, node.get(**options)
+            pending[:0] = list(node.children or [])
+
 
 class GroupResult(AsyncResult[list[Any]]):
     """The results of a group, in the group's order; ``get()`` returns their values as a list."""
@@ -193,7 +227,7 @@ class GroupResult(AsyncResult[list[Any]]):
         return self.results[index]
 
     @property
-    def children(self) -> list[AsyncResult[Any]]:
+    def children(self) -> list[AsyncResult[Any]]:  # a group's children are its tasks
         return self.results
 
     @property
@@ -217,7 +251,15 @@ class GroupResult(AsyncResult[list[Any]]):
         return any(each.failed() for each in self.results)
 
     def completed_count(self) -> int:
+        """How many tasks succeeded (Celery counts "completed" as successful)."""
         return sum(1 for each in self.results if each.successful())
+
+    def waiting(self) -> bool:
+        """Whether any task is not ready yet."""
+        return not self.ready()
+
+    def supports_native_join(self) -> bool:
+        return False
 
     def get(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5, **options: Any) -> list[Any]:
         """Every task's value, in order (the first error raised with ``propagate``)."""
@@ -229,6 +271,16 @@ class GroupResult(AsyncResult[list[Any]]):
         return values
 
     join = get
+    join_native = get
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GroupResult) and other.id == self.id and other.results == self.results
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return f"<GroupResult: {self.id} [{', '.join(each.id for each in self.results)}]>"
 
     @property
     def result(self) -> list[Any]:

@@ -12,9 +12,9 @@ Consuming side (a processor thread): the task's ``CeleryJob`` sets ``self.reques
 args, kwargs...), runs the function (given the task first with ``bind=True``) as Celery's tracer
 does (``before_start``, ``soft_time_limit``, ``on_success`` / ``on_failure`` / ``on_retry`` /
 ``after_return``: see trace.py), and on success
-pushes what follows it (the next step of a chain, a chord's callback once every header task has
-succeeded: a HASH per chord, ``keys.chord``, filled with HSETNX so exactly one worker sees it
-complete). Failures follow Celery's rules through the engine's retry machinery:
+pushes what follows it (``follow_up``: its link callbacks, the next step of a chain, a chord part
+recorded and, with the last one, the chord's callback job pushed in the same script).
+Failures follow Celery's rules through the engine's retry machinery:
 
 - ``self.retry(...)`` or an ``autoretry_for`` exception raises ``Retry``: the job goes to the
   retry set and runs again after ``countdown`` seconds (``default_retry_delay``, or the backoff),
@@ -39,16 +39,31 @@ import inspect
 import random
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
-from .. import aio, keys, result_writer, results, timeouts
-from ..connection import get_redis
+from .. import aio, result_writer, results, timeouts
 from ..errors import JobTimeout
 from ..functions import FunctionJob, dotted_path, job_class_for
 from ..payload import RECOVERED_KEY, Item, check_json_native, compact_json, new_jid, now
+from . import follow_up
+from .canvas import (
+    CHAIN_KEY,
+    CHORD_KEY,
+    ENGINE_RETRY_LIMIT,
+    ERRBACK_KEY,
+    EXPIRES_KEY,
+    HEADERS_KEY,
+    LINK_KEY,
+    RESULT_EXPIRES_SECONDS,
+    Signature,
+    _epoch,
+    _jsonable,
+)
+from .canvas import chunks as chunks_signature
+from .canvas import xmap as map_signature
+from .canvas import xstarmap as starmap_signature
 from .exceptions import (
-    ChordError,
     Ignore,
     MaxRetriesExceededError,
     Reject,
@@ -64,23 +79,10 @@ from .result import AsyncResult as _AsyncResult  # the class, where a method nam
 from .states import FAILURE, IGNORED, REJECTED, SUCCESS
 from .trace import ExceptionInfo, call_handler, soft_limit
 
-if TYPE_CHECKING:
-    from .canvas import Signature
-
 Params = ParamSpec("Params")
 Returned = TypeVar("Returned", covariant=True)
 TaskType = TypeVar("TaskType", bound="Task[Any, Any]")
 
-#: How long results are kept (Celery's ``result_expires`` default: one day).
-RESULT_EXPIRES_SECONDS = 24 * 3600
-#: The engine's retry limit for Celery jobs: the task itself enforces ``max_retries``.
-ENGINE_RETRY_LIMIT = 10_000
-
-#: Payload extras.
-CHAIN_KEY = "celery_chain"  # the steps to push after this one succeeds (signature dicts)
-CHORD_KEY = "celery_chord"  # {"id", "header": [jids], "body": signature dict}
-EXPIRES_KEY = "celery_expires_at"  # epoch seconds after which the task is revoked unrun
-HEADERS_KEY = "celery_headers"
 SOFT_TIME_LIMIT_KEY = "celery_soft_time_limit"  # seconds; the hard one is the engine's "timeout"
 
 _tasks_lock = threading.Lock()
@@ -97,21 +99,6 @@ def lookup(name: str) -> Task[Any, Any]:
     if task is None:
         raise NotRegistered(f"no Celery-style task named {name!r} is defined in this process")
     return task
-
-
-def _jsonable(value: Any) -> Any:
-    """Celery's JSON serializer's view: tuples become lists (anything else is checked at push)."""
-    if isinstance(value, tuple | list):
-        return [_jsonable(element) for element in value]
-    if isinstance(value, dict):
-        return {key: _jsonable(element) for key, element in value.items()}
-    return value
-
-
-def _epoch(when: float | dt.datetime) -> float:
-    if isinstance(when, dt.datetime):
-        return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
-    return float(when)
 
 
 class Context:
@@ -362,28 +349,22 @@ class Task(Generic[Params, Returned]):
         """Push the task; returns its ``AsyncResult`` (its id is the job's jid)."""
         extra = {name: value for name, value in (("producer", producer), ("shadow", shadow)) if value is not None}
         check_options({**extra, **options}, where=f"{self.name}.apply_async()")
-        if link_error is not None:
-            from .options import warn_unsupported
-
-            warn_unsupported("link_error", "error callbacks are not run; the failure is in the result and the dead set")
-        steps: list[dict[str, Any]] = []
-        if link is not None:
-            steps = [dict(each) for each in (link if isinstance(link, list) else [link])]
-        jid = self._push(
-            list(args or ()),
-            dict(kwargs or {}),
-            task_id=task_id,
-            countdown=countdown,
-            eta=eta,
-            expires=expires,
-            queue=queue,
-            headers=headers,
-            ignore_result=ignore_result,
-            chain=steps,
-            soft_time_limit=soft_time_limit,
-            time_limit=time_limit,
-        )
-        return AsyncResult(jid, task_name=self.name)
+        honoured: dict[str, Any] = {
+            "task_id": task_id,
+            "countdown": countdown,
+            "eta": eta,
+            "expires": expires,
+            "queue": queue,
+            "headers": headers,
+            "ignore_result": ignore_result,
+            "link": link,
+            "link_error": link_error,
+            "soft_time_limit": soft_time_limit,
+            "time_limit": time_limit,
+        }
+        given = {key: value for key, value in honoured.items() if value is not None}
+        call: Signature[Returned] = Signature(self.name, args, kwargs, **given)
+        return call.apply_async()
 
     def _push(
         self,
@@ -401,6 +382,8 @@ class Task(Generic[Params, Returned]):
         chord: dict[str, Any] | None = None,
         soft_time_limit: float | None = None,
         time_limit: float | None = None,
+        link: list[dict[str, Any]] | None = None,
+        link_error: list[dict[str, Any]] | None = None,
     ) -> str:
         options: dict[str, Any] = {"on_commit": False}  # Celery pushes at once; delay_on_commit waits
         if task_id:
@@ -408,7 +391,7 @@ class Task(Generic[Params, Returned]):
         if queue:
             options["queue"] = queue
         keep = not (self.ignore_result if ignore_result is None else ignore_result)
-        if keep or chord is not None or chain:
+        if keep or chord is not None or chain or link:
             options["retain"] = RESULT_EXPIRES_SECONDS
         expires = self.expires if expires is None else expires
         if expires is not None:
@@ -420,6 +403,10 @@ class Task(Generic[Params, Returned]):
         if chord is not None:
             options[CHORD_KEY] = chord
         options.update(self._limit_options(soft_time_limit, time_limit))
+        if link:
+            options[LINK_KEY] = link
+        if link_error:
+            options[ERRBACK_KEY] = link_error
         setter = self.job_class.set(**options)
         args, kwargs = _jsonable(args), _jsonable(kwargs)
         if eta is not None:
@@ -449,8 +436,6 @@ class Task(Generic[Params, Returned]):
     def signature(
         self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, *, immutable: bool = False, **options: Any
     ) -> Signature[Returned]:
-        from .canvas import Signature
-
         return Signature(self.name, args, kwargs, immutable=immutable, **options)
 
     subtask = signature
@@ -638,13 +623,13 @@ class Task(Generic[Params, Returned]):
             except Reject as rejected:
                 if rejected.requeue:  # back to the queue at once; the engine files it through the retry set
                     raise Retry(exc=rejected, countdown=0) from rejected
-                self._fail_dependents(item, rejected)
+                self._fail_dependents(item, rejected, request)
                 raise  # the dead set, FAILURE with the reason
             except Retry as retry:
                 self._retried(request, retry)
                 raise  # the engine files the job in the retry set (CeleryJob.sidekiq_retry_in)
             except BaseException as exc:  # final: the dead set; what depends on it will not run
-                self._fail_dependents(item, exc)
+                self._fail_dependents(item, exc, request)
                 self._failed(request, exc)
                 raise
         value = _jsonable(value)
@@ -655,72 +640,28 @@ class Task(Generic[Params, Returned]):
     # --- what follows a task ---------------------------------------------------------------
 
     def _follow_up(self, jid: str, item: Item, value: Any) -> None:
-        """Push the next chain step with ``value``, or a chord's callback when this was the last
-        header task to succeed."""
-        chain = item.get(CHAIN_KEY)
-        if isinstance(chain, list) and chain:
-            from .canvas import push_step
-
-            push_step(chain[0], [value], rest=chain[1:])
-        chord = item.get(CHORD_KEY)
-        if isinstance(chord, dict):
-            _chord_part_done(chord, jid, value)
+        """Push the link callbacks and the next chain step with ``value``; record a chord part
+        (``jobsapp.celery.follow_up``)."""
+        follow_up.succeeded(jid, item, value)
 
     @staticmethod
-    def _fail_dependents(item: Item, exception: BaseException) -> None:
-        kind = type(exception)
-        error_class = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-        message = str(exception)
-        chain = item.get(CHAIN_KEY)
-        for step in chain if isinstance(chain, list) else []:
-            step_id = step.get("options", {}).get("task_id") if isinstance(step, dict) else None
-            if step_id:
-                result_writer.write_outcome(
-                    step_id,
-                    {"status": results.FAILED, "reason": "dependency_failed", "error_class": error_class, "error_message": message},
-                    retain_seconds=RESULT_EXPIRES_SECONDS,
-                )
-        chord = item.get(CHORD_KEY)
-        if isinstance(chord, dict):
-            body_id = chord.get("body", {}).get("options", {}).get("task_id")
-            if body_id:
-                result_writer.write_outcome(
-                    body_id,
-                    {
-                        "status": results.FAILED,
-                        "reason": "dependency_failed",
-                        "error_class": f"{ChordError.__module__}.{ChordError.__qualname__}",
-                        "error_message": f"Dependency {item.get('jid')} raised {error_class}({message!r})",
-                    },
-                    retain_seconds=RESULT_EXPIRES_SECONDS,
-                )
+    def _fail_dependents(item: Item, exception: BaseException, request: Context | None = None) -> None:
+        """Record the chain's later steps and the chord's callback FAILED; call the errbacks."""
+        follow_up.failed(str(item.get("jid") or ""), item, exception, request=request)
 
+    # --- Celery's built-in canvas calls ---------------------------------------------------------
 
-def _chord_part_done(chord: dict[str, Any], jid: str, value: Any) -> None:
-    """Store this header task's value; the worker whose store completes the set pushes the callback."""
-    chord_id = str(chord.get("id", ""))
-    header = chord.get("header")
-    if not chord_id or not isinstance(header, list):
-        return
-    key = keys.chord(chord_id)
-    pipe = get_redis().pipeline(transaction=True)
-    pipe.hsetnx(key, jid, compact_json(value))
-    pipe.hlen(key)
-    pipe.expire(key, RESULT_EXPIRES_SECONDS)
-    added, count, _ = pipe.execute()
-    if not added or count < len(header):
-        return  # a rerun of a part already counted, or parts still to come
-    stored = get_redis().hgetall(key)
-    values = [_decode_json(stored.get(part.encode() if isinstance(part, str) else part)) for part in header]
-    from .canvas import push_step
+    def map(self, it: Iterable[Any]) -> map_signature:
+        """One task calling this one for each item, in order (``~add.map([...])``)."""
+        return map_signature(self.s(), it)
 
-    push_step(chord["body"], [values], rest=[])
+    def starmap(self, it: Iterable[Any]) -> starmap_signature:
+        """One task calling this one with each item as its arguments, in order."""
+        return starmap_signature(self.s(), it)
 
-
-def _decode_json(raw: bytes | str | None) -> Any:
-    import json
-
-    return json.loads(raw) if raw is not None else None
+    def chunks(self, it: Iterable[Any], n: int) -> chunks_signature:
+        """The items in parts of ``n``: one ``starmap`` task per part, as a group."""
+        return chunks_signature(self.s(), it, n)
 
 
 # --- decorators ------------------------------------------------------------------------------

@@ -1,0 +1,224 @@
+"""What follows a Celery-style task, decided in the worker that ran it (its processor thread).
+
+On success (``succeeded``), from the task's payload:
+
+- each ``link`` callback is pushed with the task's value prepended (each one gets the value);
+- the next step of its chain is pushed with the value and the rest of the chain;
+- a chord header task records its value with ``chord_part.lua``: the part that completes the set
+  pushes ``celery.chord_unlock`` in the same script, so no crash or lost reply can separate the
+  "part done" marker from the callback's push. ``ChordUnlock`` (any worker) reads the values in
+  header order from ``keys.chord`` and pushes the callback with them.
+
+A follow-up that cannot be pushed because of what it is (its arguments exceed
+``MAX_PAYLOAD_BYTES``, a value JSON cannot carry) is recorded FAILED with the reason, through its
+result, and the task that succeeded stays SUCCESS. A step naming a task this process does not
+define is pushed by name (``canvas.push_by_name``): a worker that defines it runs it, one that
+does not files it as an unknown class. A Redis error while pushing propagates: the job is retried
+(the task may run again; what it already pushed is pushed again, with the same ids).
+
+On failure for good (``failed``): the later steps of its chain and its chord's callback are
+recorded FAILED (``ChordError`` for the callback, whose errbacks are then called), and the task's
+own errbacks are called as Celery 5 calls them: a task whose function takes more than one
+positional argument (and is not ``bind=True``) is called here with ``(request, exc, traceback)``;
+any other errback is pushed as a task with the failed task's id as its first argument.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import traceback as traceback_module
+from collections.abc import Sequence
+from typing import Any
+
+from .. import keys, result_writer, results, scripts
+from ..connection import get_redis
+from ..errors import PayloadTooLarge
+from ..job import Job, sidekiq_options
+from ..payload import Item, compact_json, encode, normalize_item, now
+from .canvas import (
+    CHAIN_KEY,
+    CHORD_KEY,
+    ENGINE_RETRY_LIMIT,
+    ERRBACK_KEY,
+    LINK_KEY,
+    RESULT_EXPIRES_SECONDS,
+    Signature,
+    from_dict,
+    lookup_task,
+    push_by_name,
+    push_step,
+    result_ids,
+)
+from .exceptions import ChordError
+
+logger = logging.getLogger(__name__)
+
+#: The wire name of the job that applies a completed chord's callback (Celery's own task name).
+CHORD_UNLOCK = "celery.chord_unlock"
+
+#: Errors that make a follow-up impossible to push whatever happens next: recorded, not retried.
+UNPUSHABLE = (PayloadTooLarge, TypeError, ValueError, NotImplementedError)
+
+
+def error_fields(exception: BaseException) -> dict[str, str]:
+    kind = type(exception)
+    error_class = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return {"error_class": error_class, "error_message": str(exception)}
+
+
+def record_failed(step: dict[str, Any], fields: dict[str, str], *, reason: str) -> None:
+    """Record every task of ``step`` FAILED with ``fields`` (it will never run)."""
+    for task_id in result_ids(step):
+        result_writer.write_outcome(task_id, {"status": results.FAILED, "reason": reason, **fields}, retain_seconds=RESULT_EXPIRES_SECONDS)
+
+
+def push_follow_up(step: dict[str, Any], prepend: Sequence[Any], *, rest: Sequence[dict[str, Any]] = ()) -> None:
+    """Push ``step`` (and ``rest`` after it); record it and ``rest`` FAILED when it cannot be pushed."""
+    try:
+        push_step(step, prepend, rest=rest)
+    except UNPUSHABLE as exc:  # the step (and what follows it) never runs: FAILED with the reason
+        logger.warning("jobsapp.celery: a follow-up of a task could not be pushed and is recorded FAILED: %s", exc)
+        fields = error_fields(exc)
+        for each in (step, *rest):
+            record_failed(each, fields, reason="follow_up_refused")
+
+
+# --- success ---------------------------------------------------------------------------------
+
+
+def succeeded(jid: str, item: Item, value: Any) -> None:
+    """Push what follows a task that returned ``value``."""
+    links = item.get(LINK_KEY)
+    for callback in links if isinstance(links, list) else []:
+        if isinstance(callback, dict):
+            push_follow_up(callback, [value])
+    chain = item.get(CHAIN_KEY)
+    if isinstance(chain, list) and chain:
+        push_follow_up(chain[0], [value], rest=chain[1:])
+    chord = item.get(CHORD_KEY)
+    if isinstance(chord, dict):
+        chord_part_done(chord, jid, value, queue=str(item.get("queue") or "default"))
+
+
+def chord_part_done(chord: dict[str, Any], jid: str, value: Any, *, queue: str) -> None:
+    """Record this header task's value; if it completes the set, ``celery.chord_unlock`` is pushed
+    by the same script."""
+    chord_id = str(chord.get("id", ""))
+    header = chord.get("header")
+    if not chord_id or not isinstance(header, list):
+        return
+    unlock = normalize_item({"class": CHORD_UNLOCK, "args": [chord], "queue": queue, "retry": ENGINE_RETRY_LIMIT}, timestamp=now())
+    unlock["enqueued_at"] = unlock["created_at"]
+    try:
+        unlock_json = encode(unlock)
+    except PayloadTooLarge as exc:  # a callback signature too big to carry: the callback never runs
+        record_failed(chord.get("body") or {}, error_fields(exc), reason="follow_up_refused")
+        return
+    scripts.chord_part(
+        get_redis(),
+        chord_id=chord_id,
+        jid=jid,
+        value_json=compact_json(value),
+        header_size=len(header),
+        ttl_seconds=RESULT_EXPIRES_SECONDS,
+        callback_job=unlock_json,
+        queue=queue,
+    )
+
+
+@sidekiq_options(class_name=CHORD_UNLOCK, retry=25)
+class ChordUnlock(Job):
+    """Applies a completed chord's callback with the header values in header order. Pushed once,
+    by the script that records the last part; a Redis error retries it (the callback may then be
+    pushed twice, never zero times); a callback too big to push is recorded FAILED."""
+
+    def perform(self, chord: dict[str, Any]) -> None:
+        header = [str(each) for each in chord.get("header") or []]
+        body = chord.get("body") or {}
+        stored = get_redis().hmget(keys.chord(str(chord.get("id", ""))), header)
+        if any(raw is None for raw in stored):  # the chord's hash expired before the callback ran
+            record_failed(
+                body,
+                {"error_class": f"{ChordError.__module__}.{ChordError.__qualname__}", "error_message": "the chord's header values expired"},
+                reason="dependency_failed",
+            )
+            return
+        values = [json.loads(raw) for raw in stored if raw is not None]
+        push_follow_up(body, [values])
+
+
+# --- failure ---------------------------------------------------------------------------------
+
+
+def failed(task_id: str, item: Item, exception: BaseException, *, request: Any = None) -> None:
+    """Record what depends on a task that failed for good, and call its errbacks."""
+    fields = error_fields(exception)
+    chain = item.get(CHAIN_KEY)
+    for step in chain if isinstance(chain, list) else []:
+        if isinstance(step, dict):
+            record_failed(step, fields, reason="dependency_failed")
+    chord = item.get(CHORD_KEY)
+    if isinstance(chord, dict) and isinstance(chord.get("body"), dict):
+        body = chord["body"]
+        error = ChordError(f"Dependency {task_id} raised {fields['error_class']}({fields['error_message']!r})")
+        record_failed(body, error_fields(error), reason="dependency_failed")
+        body_ids = result_ids(body)
+        body_errbacks = (body.get("options") or {}).get("link_error")
+        if body_ids and isinstance(body_errbacks, list):
+            call_errbacks(body_errbacks, body_ids[-1], error, request=None, traceback_text=None)
+    errbacks = item.get(ERRBACK_KEY)
+    if isinstance(errbacks, list) and errbacks:
+        text = "".join(traceback_module.format_exception(type(exception), exception, exception.__traceback__))
+        call_errbacks(errbacks, task_id, exception, request=request, traceback_text=text)
+
+
+class _FakeRequest:
+    """The request an errback of a task that never ran gets (Celery's fake request): its id."""
+
+    def __init__(self, task_id: str) -> None:
+        self.id = task_id
+        self.args: list[Any] = []
+        self.kwargs: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<Context {{'id': {self.id!r}}}>"
+
+
+def _takes_request(task: Any) -> bool:
+    """Celery 5's test: more than one positional parameter, and not ``bind=True``."""
+    if getattr(task, "bind", False):
+        return False
+    try:
+        parameters = inspect.signature(task.function).parameters.values()
+    except (TypeError, ValueError):  # no introspectable signature: pushed as a task
+        return False
+    positional = [each for each in parameters if each.kind in (each.POSITIONAL_ONLY, each.POSITIONAL_OR_KEYWORD)]
+    return len(positional) > 1 or any(each.kind == each.VAR_POSITIONAL for each in parameters)
+
+
+def call_errbacks(errbacks: list[Any], task_id: str, exception: BaseException, *, request: Any, traceback_text: str | None) -> None:
+    """Call or push each errback as Celery 5 does; an errback's own error is logged, and changes
+    nothing for the failed task."""
+    for raw in errbacks:
+        if not isinstance(raw, dict):
+            continue
+        errback: Signature[Any] = from_dict(dict(raw))
+        try:
+            task = lookup_task(errback.task)
+        except KeyError:  # NotRegistered here: pushed as a task for a worker that has it
+            task = None
+        if task is not None and _takes_request(task):
+            try:
+                task.function(request or _FakeRequest(task_id), exception, traceback_text, *errback.args, **errback.kwargs)
+            except Exception:  # the errback failed: logged; the task stays failed
+                logger.exception("jobsapp.celery: errback %s of task %s raised", errback.task, task_id)
+            continue
+        try:
+            push_follow_up(dict(errback), [task_id])
+        except Exception:  # a Redis error: logged; the failed task is filed dead all the same
+            logger.exception("jobsapp.celery: errback %s of task %s could not be pushed", errback.task, task_id)
+
+
+__all__ = ["CHORD_UNLOCK", "ChordUnlock", "call_errbacks", "failed", "push_by_name", "push_follow_up", "succeeded"]
