@@ -17,6 +17,11 @@ SIGKILL or a segfault at that line. The points, in a job's order:
 - ``after_retry_write``: that entry and the in-flight removal were just written (retry);
 - ``during_scheduler_move``: a batch of due jobs was just moved into its queue (scheduler).
 
+Points inside features, each tested by its own scenario (``FEATURE_POINTS``):
+
+- ``chord_part_recorded``: a Celery chord header task's value was just recorded (and, for the
+  last part, its callback job pushed); the task's job is not acknowledged yet.
+
 Used by ``tests/faults`` only; never set it in production.
 """
 
@@ -39,12 +44,15 @@ POINTS = (
     "during_scheduler_move",
 )
 
+#: Points in features' code; each has a scenario of its own (not scenario 2's ledger jobs).
+FEATURE_POINTS = ("chord_part_recorded",)
+
 #: Exit code of a process killed by a fault point.
 EXIT_CODE = 86
 
 POINT: str | None = os.environ.get("JOBSAPP_FAULT_POINT") or None
-if POINT is not None and POINT not in POINTS:
-    raise SystemExit(f"JOBSAPP_FAULT_POINT={POINT!r} is not one of {', '.join(POINTS)}")
+if POINT is not None and POINT not in POINTS + FEATURE_POINTS:
+    raise SystemExit(f"JOBSAPP_FAULT_POINT={POINT!r} is not one of {', '.join(POINTS + FEATURE_POINTS)}")
 
 _after = int(os.environ.get("JOBSAPP_FAULT_AFTER") or 1)
 _hits = 0

@@ -149,7 +149,8 @@ def unique_lock(digest: str) -> str:
 
 
 def chord(chord_id: str) -> str:
-    """HASH header jid -> its JSON value, for a Celery-style chord's succeeded header tasks; TTL as their results."""
+    """HASH header jid -> its JSON value, for a Celery-style chord's succeeded header tasks; TTL as their
+    results. Written by ``chord_part.lua``, which pushes ``celery.chord_unlock`` with the last part."""
     return f"jobsapp:chord:{chord_id}"
 
 

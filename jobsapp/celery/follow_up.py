@@ -32,7 +32,7 @@ import traceback as traceback_module
 from collections.abc import Sequence
 from typing import Any
 
-from .. import keys, result_writer, results, scripts
+from .. import faults, keys, result_writer, results, scripts
 from ..connection import get_redis
 from ..errors import PayloadTooLarge
 from ..job import Job, sidekiq_options
@@ -126,6 +126,8 @@ def chord_part_done(chord: dict[str, Any], jid: str, value: Any, *, queue: str) 
         callback_job=unlock_json,
         queue=queue,
     )
+    if faults.POINT:
+        faults.reach("chord_part_recorded")
 
 
 @sidekiq_options(class_name=CHORD_UNLOCK, retry=25)

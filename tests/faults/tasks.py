@@ -1,0 +1,23 @@
+"""Celery-style tasks for the fault scenarios (autodiscovered by workers started with
+``tests.faults.settings``): chord parts of a chosen size and a callback that counts its runs in
+the ledger Redis (``CALLBACK_RUNS``), so a scenario can tell zero, one or two runs apart."""
+
+from __future__ import annotations
+
+from jobsapp.celery import shared_task
+from tests.faults.jobs import ledger_client
+
+CALLBACK_RUNS = "ledger:chord-callback-runs"
+
+
+@shared_task
+def chord_part(index: int, size_bytes: int) -> str:
+    """A header task whose value is ``size_bytes`` characters."""
+    return str(index % 10) * size_bytes
+
+
+@shared_task
+def chord_sizes(values: list[str], chord_name: str) -> list[int]:
+    """The callback: counts its run under ``chord_name`` and returns each part's length."""
+    ledger_client().hincrby(CALLBACK_RUNS, chord_name, 1)
+    return [len(value) for value in values]
