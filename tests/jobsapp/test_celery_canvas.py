@@ -1,0 +1,82 @@
+"""The Celery canvas's edges on a real worker: what a task's failure or a rolling deploy does to
+the tasks around it, and results read in a process that must keep running."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jobsapp.celery import Signature, TaskFailure, chain
+from tests.conformance.celery.tasks import add, error_handler, exits, mul, old_style_errback, raising_task
+from tests.workers import WorkerProcess, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("worker")]
+
+TIMEOUT = 20
+
+
+@pytest.fixture(scope="module")
+def worker(redis_server, tmp_path_factory) -> Iterator[Path]:
+    """A runworkers with the tasks of tests/conformance/celery; yields the file its errbacks write."""
+    errors = tmp_path_factory.mktemp("errbacks") / "errors.txt"
+    errors.touch()
+    env = {"DJANGO_SETTINGS_MODULE": "tests.conformance.celery.settings", "CELERY_CONFORMANCE_ERRORS": str(errors)}
+    process = WorkerProcess(["-c", "2"], env=env, redis_url=redis_server.url).start()
+    yield errors
+    process.stop()
+
+
+def test_a_task_that_exits_does_not_exit_the_caller():
+    # Given a task that raises SystemExit in the worker
+    result = exits.delay()
+    # When the caller reads its result, Then it gets a regular exception describing it
+    with pytest.raises(TaskFailure, match="SystemExit"):
+        result.get(timeout=TIMEOUT)
+    assert result.state == "FAILURE"
+    assert isinstance(result.result, TaskFailure)
+
+
+def test_a_next_step_unknown_to_the_worker_leaves_the_previous_step_successful(redis):
+    # Given a chain whose second step names a task no worker defines yet (a rolling deploy)
+    missing: Signature = Signature("tests.not_deployed_yet.task", (10,))
+    result = chain(add.s(1, 1), missing).apply_async()
+    # When the worker runs the first step
+    assert result.parent.get(timeout=TIMEOUT) == 2
+    # Then the first step stays SUCCESS and the next one is pushed anyway, by name, with the value
+    assert result.parent.state == "SUCCESS"
+    wait_until(lambda: redis.zcard("retry") + redis.zcard("dead") >= 1, timeout_seconds=TIMEOUT, message="the step was filed")
+    filed = [*redis.zrange("retry", 0, -1), *redis.zrange("dead", 0, -1)]
+    assert any(result.id.encode() in raw and b"tests.not_deployed_yet.task" in raw and b"[2,10]" in raw for raw in filed)
+
+
+def test_an_errback_of_one_argument_is_pushed_with_the_failed_task_id(worker):
+    # Given a task with an old-style errback (one argument: Celery pushes it as a task)
+    errback = old_style_errback.s()
+    errback_result = errback.freeze()
+    result = raising_task.apply_async(link_error=errback)
+    # When the task fails
+    with pytest.raises(ValueError):
+        result.get(timeout=TIMEOUT)
+    # Then the errback ran as a task (its own id, its own result), given the failed task's id
+    assert errback_result.get(timeout=TIMEOUT) == result.id
+    assert f"old-style {result.id}" in worker.read_text()
+
+
+def test_each_callback_of_a_link_list_gets_the_parent_value():
+    # Given two callbacks linked to one task (Celery's calling guide: link=[add.s(16), other_task.s()])
+    result = add.apply_async((2, 2), link=[add.s(16), mul.s(10)])
+    # Then each is applied with the parent's value, not chained to the other
+    assert result.get(timeout=TIMEOUT) == 4
+    assert [child.get(timeout=TIMEOUT) for child in result.children] == [20, 40]
+
+
+def test_an_errback_taking_the_request_is_called_in_the_worker(worker):
+    # Given a task with an errback of three arguments (request, exc, traceback)
+    result = add.apply_async((2, "two"), link_error=error_handler.s())
+    # When it fails, Then the errback was called with the failed request, the exception and the traceback
+    with pytest.raises(TypeError):
+        result.get(timeout=TIMEOUT)
+    wait_until(lambda: f"Task {result.id} raised exception: TypeError(" in worker.read_text(), timeout_seconds=TIMEOUT)
+    assert "Traceback (most recent call last)" in worker.read_text()
