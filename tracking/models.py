@@ -9,6 +9,12 @@ and ``Task.objects.with_counts()`` sums them in the same query that reads the ta
 a frontend polls is one small query however many events the task has. Shard 0 takes what the
 enqueue side adds (launch, a joined job, the follow-up job), shards 1.. the transitions.
 
+``progress`` is the settled share plus, while jobs of the task run, the largest fraction each
+started and unsettled job reported (``report_progress``), over the total: a bar over long jobs
+moves while they run, never goes past 1.0, and a job counts whole once it settles. Reading the
+fractions is one more query, made only while the task's counts show a job working (the summary
+of a task with no running job stays one query).
+
 The summary's ETag is the task row's ``revision`` (total, finish) plus the sum of the shards'
 ``changes`` (every event change adds one): both only grow, so any change gives a new ETag.
 
@@ -60,6 +66,21 @@ class TaskStatus(models.TextChoices):
     PENDING = "pending", "pending"
     RUNNING = "running", "running"
     FINISHED = "finished", "finished"
+
+
+def reported_fraction(entry: dict[str, Any]) -> float | None:
+    """The share of its work a job reported with a message (``report_progress``: ``done`` of
+    ``total``), clamped to 0.0-1.0; None for a message without one."""
+    done, total = entry.get("done"), entry.get("total")
+    if type(done) is not int or type(total) is not int or total <= 0:
+        return None
+    return min(1.0, max(0.0, done / total))
+
+
+def highest_fraction(messages: list[dict[str, Any]] | None) -> float:
+    """The largest fraction a job reported over its messages (0.0 without any): what it counts
+    for in its task's progress until it settles, never less than it once showed."""
+    return max((fraction for fraction in map(reported_fraction, messages or []) if fraction is not None), default=0.0)
 
 
 class TaskQuerySet(models.QuerySet["Task"]):
@@ -139,7 +160,7 @@ class Task(models.Model):
     def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
         """Reload the row, and the counts on next use (annotated ones are dropped as stale)."""
         super().refresh_from_db(*args, **kwargs)
-        for name in [name for name in self.__dict__ if name.startswith("tally_") or name == "_tally"]:
+        for name in [name for name in self.__dict__ if name.startswith("tally_") or name in ("_tally", "_running_fraction")]:
             del self.__dict__[name]
 
     @property
@@ -181,11 +202,26 @@ class Task(models.Model):
         return TaskStatus.PENDING
 
     @property
+    def running_fraction(self) -> float:
+        """The fractions reported by the task's started, unsettled jobs (each its largest),
+        summed, in jobs; 0.0 without a job working (no query then). Read once per instance."""
+        cached = self.__dict__.get("_running_fraction")
+        if cached is not None:
+            return float(cached)
+        fraction = 0.0
+        if self.finished_at is None and self.total and int(self.tally[COUNT_FIELDS[EventStatus.WORKING.value]]) > 0:
+            rows = Event.objects.filter(task_id=self.pk, is_final=False, attempts__gt=0).values_list("messages", flat=True)
+            fraction = sum(highest_fraction(list(messages or [])) for messages in rows)
+        self.__dict__["_running_fraction"] = fraction
+        return fraction
+
+    @property
     def progress(self) -> float:
-        """The settled share (finished, failed or dead), 0.0 to 1.0; 1.0 for an empty task."""
+        """The settled share (finished, failed or dead) plus the running jobs' reported
+        fractions, over the total: 0.0 to 1.0; 1.0 for an empty finished task."""
         if not self.total:
             return 1.0 if self.finished_at is not None else 0.0
-        return min(1.0, self.settled_count / self.total)
+        return min(1.0, (self.settled_count + self.running_fraction) / self.total)
 
     @property
     def etag(self) -> str:

@@ -33,7 +33,7 @@ from rest_framework.throttling import UserRateThrottle
 from jobsapp.dashboard.access import to_login
 
 from .conf import tracking_settings
-from .models import Event, EventStatus, Task
+from .models import Event, EventStatus, Task, reported_fraction
 from .permissions import TrackingAccess, visible_tasks
 from .serializers import EventSerializer, TaskSerializer
 
@@ -113,8 +113,7 @@ def running_summary(task: Task) -> dict[str, Any]:
     total_fraction = 0.0
     for job_id, messages in rows:
         entries = list(messages or [])
-        reported = next((entry for entry in reversed(entries) if isinstance(entry.get("total"), int) and entry["total"] > 0), None)
-        fraction = min(1.0, max(0.0, int(reported["done"]) / int(reported["total"]))) if reported else None
+        fraction = next((value for value in map(reported_fraction, reversed(entries)) if value is not None), None)
         total_fraction += fraction or 0.0
         running.append({"job_id": job_id, "message": str(entries[-1].get("message", "")) if entries else "", "fraction": fraction})
     return {"running": running, "running_progress": round(total_fraction, 4)}

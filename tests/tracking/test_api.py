@@ -233,9 +233,9 @@ def test_running_jobs_and_their_reported_fractions_come_with_running_1(api, ann)
     launching.record(jid, transitions.MESSAGES_ONLY, entries=[progress_entry(1, 4), progress_entry(3, 4)])
     # When the progress page polls with ?running=1
     body = api.get(f"/api/tasks/{task.pk}/?running=1").json()
-    # Then the running job's latest message and fraction count toward the task
+    # Then the running job's latest message and fraction count toward the task, in progress too
     assert body["running"] == [{"job_id": jid, "message": "batch 3 of 4", "fraction": 0.75}]
-    assert body["running_progress"] == 0.75 and body["progress"] == 0.0
+    assert body["running_progress"] == 0.75 and body["progress"] == 0.75
     # And the plain summary keeps the contract's shape and its single query
     plain = api.get(f"/api/tasks/{task.pk}/")
     assert "running" not in plain.json()
@@ -264,3 +264,37 @@ def test_report_progress_records_the_fraction(ann):
     stored = Event.objects.get(job_id=jid).messages
     reported = [entry for entry in stored if "done" in entry]
     assert [(entry["message"], entry["done"], entry["total"]) for entry in reported] == [("batch 3 of 4", 3, 4)]
+
+
+def test_progress_counts_running_fractions_and_never_goes_down(api, ann):
+    # Given a four-job task
+    task = make_task(ann, size=4)
+    first, second, third, _ = job_ids(task)
+
+    def progress() -> float:
+        return api.get(f"/api/tasks/{task.pk}/").json()["progress"]
+
+    seen = [progress()]
+    # When one job finishes and two others run and report their fractions
+    launching.record(first, transitions.START)
+    launching.record(first, transitions.FINISHED)
+    seen.append(progress())
+    launching.record(second, transitions.START)
+    launching.record(second, transitions.MESSAGES_ONLY, entries=[progress_entry(1, 2)])
+    seen.append(progress())
+    launching.record(third, transitions.START)
+    launching.record(third, transitions.MESSAGES_ONLY, entries=[progress_entry(9, 10)])
+    seen.append(progress())
+    # and the third crashes and is retried while the second still runs, reporting less on its new run
+    launching.record(third, transitions.CRASHED, message="OperationalError")
+    launching.record(third, transitions.RETRY_SCHEDULED, message="retry 1 in 15 s")
+    seen.append(progress())
+    launching.record(third, transitions.START)
+    launching.record(third, transitions.MESSAGES_ONLY, entries=[progress_entry(1, 10)])
+    seen.append(progress())
+    # and the second finishes
+    launching.record(second, transitions.FINISHED)
+    seen.append(progress())
+    # Then progress moved with the reported fractions (not only when jobs ended), stayed in
+    # 0..1 and never went down: a retried job keeps the most it showed until it settles
+    assert seen == [0.0, 0.25, 0.375, 0.6, 0.6, 0.6, 0.725], seen

@@ -40,10 +40,12 @@
   }
 
   function renderSummary(task) {
-    // Settled jobs count whole; running ones by the fraction they reported (report_progress).
-    var settledJobs = task.progress * task.total;
-    var partialJobs = Math.min(task.running_progress || 0, Math.max(0, task.total - settledJobs));
-    var percent = task.total ? Math.round((settledJobs + partialJobs) * 1000 / task.total) / 10 : Math.round(task.progress * 1000) / 10;
+    // progress counts settled jobs whole and running ones by the fraction they reported
+    // (report_progress); what it holds beyond the settled jobs is the partial part of the bar.
+    var doneJobs = task.progress * task.total;
+    var settledJobs = Math.min(doneJobs, task.counts.finish + task.counts.failed + task.counts.error);
+    var partialJobs = Math.max(0, doneJobs - settledJobs);
+    var percent = Math.round(task.progress * 1000) / 10;
     var settled = task.counts.finish + task.counts.failed + (task.status === "finished" ? task.counts.error : 0);
     setText("task-name", task.name);
     var badge = byId("task-status");
