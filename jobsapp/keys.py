@@ -176,6 +176,18 @@ def limiter_holders(name: str) -> str:
     return f"jobsapp:limiter:{name}:holders"
 
 
+def limiter_parked(name: str) -> str:
+    """LIST: the schedule-set members of jobs a concurrent limiter refused, oldest first; each
+    release makes the first one still scheduled due now (limiter_release.lua)."""
+    return f"jobsapp:limiter:{name}:parked"
+
+
+def limiter_permits(identity: str) -> str:
+    """HASH: token -> limiter name, the concurrent slots a process holds (TTL: its longest lock
+    timeout), so its shutdown and the orphan sweeper release them at once."""
+    return f"jobsapp:permits:{identity}"
+
+
 # --- Redis-only batches (jobsapp.batch) ------------------------------------------------
 
 

@@ -50,7 +50,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from itertools import chain
 
-from . import faults, registry
+from . import faults, limiter, registry
 from .acker import Acker
 from .aio import PSEUDO_THREAD_ID_BASE, AsyncLane
 from .backoff import Backoff, call_with_retry
@@ -207,6 +207,7 @@ class Manager:
         if unfinished:
             logger.warning("shutdown: %d jobs still running at the deadline are put back on their queues", len(unfinished))
             self._requeue(unfinished, reason="shutdown")
+        limiter.release_at_exit(self.processor.policy.client, self.fetch.inflight_key)  # theirs, and those stuck past the hard limit
         return len(unfinished)
 
     def _end_own_fetches(self) -> None:

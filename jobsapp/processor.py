@@ -246,7 +246,7 @@ class Processor:
 
     def _perform_call(self, admitted: _Admitted, job: Job, timeout: float | None) -> Callable[[], Any]:
         """The innermost step of the chain: ``perform`` under the job's timeout, quarantine and
-        queue limit."""
+        queue limit, as the holder of the limiter slots it takes."""
         unit, item, jid = admitted.unit, admitted.item, admitted.jid
         args = item.get("args", [])
         kwargs = item.get("kwargs") or {}
@@ -266,7 +266,7 @@ class Processor:
             call_perform = self.quarantine.wrap(jid, call_perform)
         if self.queue_limits and unit.queue in self.queue_limits:
             call_perform = limiter.within(limiter.queue_limiter(unit.queue, self.queue_limits[unit.queue]), call_perform)
-        return call_perform
+        return limiter.holding(self.policy.inflight_key, jid, call_perform)  # its limiter slots end with it
 
     # --- one handler per outcome ----------------------------------------------------------
 

@@ -39,7 +39,7 @@ from typing import TypeVar
 
 import redis
 
-from . import ending, keys, scripts
+from . import ending, keys, limiter, scripts
 from .clock import SYSTEM_CLOCK, Clock
 from .component import PollingComponent
 from .conf import jobs_settings
@@ -173,6 +173,7 @@ def recover_list(client: redis.Redis, identity: str) -> tuple[int, int]:
             buried += 1
         # when not moved, someone else moved it first: look at the list again
     client.delete(started_key)
+    limiter.release_owner(client, identity)  # its jobs are back: so are their concurrent slots
     client.srem(keys.INFLIGHT_INDEX, identity)
     if requeued or buried:
         logger.warning("recovered in-flight jobs of %s: %d back on their queues, %d poison to the dead set", identity, requeued, buried)

@@ -129,14 +129,15 @@ def unique_release(client: Client, *, digest: str, jid: str) -> Any:
     return script("unique_release")(client, [keys.unique_lock(digest)], [jid])
 
 
-def limiter_concurrent(client: Client, *, name: str, token: str, size: int, lock_timeout_seconds: float) -> Any:
-    """``limiter_concurrent.lua``: take one of ``size`` slots; {1, server time} or {0, wait seconds}."""
-    return script("limiter_concurrent")(client, [keys.limiter_holders(name), keys.limiter(name)], [token, size, repr(lock_timeout_seconds)])
+def limiter_concurrent(client: Client, *, name: str, token: str, size: int, lock_timeout_seconds: float, permits_key: str) -> Any:
+    """``limiter_concurrent.lua``: take one of ``size`` slots, recorded in ``permits_key`` (the
+    holder's process); {1, server time} or {0, wait seconds}."""
+    return script("limiter_concurrent")(client, [keys.limiter_holders(name), permits_key], [token, size, repr(lock_timeout_seconds), name])
 
 
 def limiter_window(client: Client, *, name: str, token: str, count: int, per_seconds: float) -> Any:
     """``limiter_window.lua``: admit ``count`` per sliding ``per_seconds``; {1, time} or {0, wait seconds}."""
-    return script("limiter_window")(client, [keys.limiter_holders(name), keys.limiter(name)], [token, count, repr(per_seconds)])
+    return script("limiter_window")(client, [keys.limiter_holders(name)], [token, count, repr(per_seconds)])
 
 
 def limiter_bucket(client: Client, *, name: str, count: int, per_seconds: float) -> Any:
@@ -299,3 +300,17 @@ def chord_part(
         client, [keys.chord(chord_id), keys.QUEUES, keys.queue(queue)], [jid, value_json, header_size, ttl_seconds, callback_job, queue]
     )
     return bool(int(added)), int(count), bool(int(pushed))
+
+
+def limiter_release(client: Client, *, name: str, token: str, permits_key: str) -> Any:
+    """``limiter_release.lua``: give back a concurrent slot once, waking one parked job; 0 (already
+    released), 1 or 2 (released and a parked job made due)."""
+    return script("limiter_release")(client, [keys.limiter_holders(name), permits_key, keys.limiter_parked(name), keys.SCHEDULE], [token])
+
+
+def limiter_park(client: Client, *, name: str, member: str, size: int, max_parked: int, ttl_seconds: int) -> Any:
+    """``limiter_park.lua``: register a rescheduled job to be woken by the next release of ``name``;
+    1 parked, 0 made due now (a slot is free), -1 not in the schedule set."""
+    return script("limiter_park")(
+        client, [keys.limiter_holders(name), keys.limiter_parked(name), keys.SCHEDULE], [member, size, max_parked, ttl_seconds]
+    )

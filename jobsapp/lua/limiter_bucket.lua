@@ -2,7 +2,7 @@
 -- next interval starts. Intervals are aligned on the epoch by the Redis server's clock (a
 -- bucket of 60 s refills at every minute), as Sidekiq Enterprise's bucket limiter.
 --
--- KEYS[1] -> jobsapp:limiter:<name> HASH ("interval" index, "count" admitted in it, over_limit)
+-- KEYS[1] -> jobsapp:limiter:<name> HASH ("interval" index, "count" admitted in it)
 -- ARGV[1] -> count
 -- ARGV[2] -> per, seconds
 -- returns -> {1, server time} when admitted; {0, seconds until the next interval}
@@ -19,5 +19,4 @@ if tonumber(redis.call('HGET', KEYS[1], 'count')) < tonumber(ARGV[1]) then
   redis.call('HINCRBY', KEYS[1], 'count', 1)
   return {1, string.format('%.6f', now)}
 end
-redis.call('HINCRBY', KEYS[1], 'over_limit', 1)
 return {0, string.format('%.6f', (tonumber(interval) + 1) * per - now)}

@@ -3,7 +3,6 @@
 -- so no span of `per` seconds ever holds more than `count` admissions, however they align.
 --
 -- KEYS[1] -> jobsapp:limiter:<name>:holders ZSET (token -> admission time, epoch seconds)
--- KEYS[2] -> jobsapp:limiter:<name> HASH (over_limit counter)
 -- ARGV[1] -> the token of this attempt
 -- ARGV[2] -> count
 -- ARGV[3] -> per, seconds
@@ -19,6 +18,5 @@ if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('EXPIREAT', KEYS[1], math.ceil(now + per) + 60)
   return {1, string.format('%.6f', now)}
 end
-redis.call('HINCRBY', KEYS[2], 'over_limit', 1)
 local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {0, string.format('%.6f', tonumber(oldest[2]) + per - now)}

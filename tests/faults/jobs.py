@@ -151,3 +151,6 @@ class TrackedLedgerJob(TrackedJob):
         if sleep_ms:
             time.sleep(sleep_ms / 1000)
         ledger_client().hincrby(DONE, ledger_id, 1)
+
+
+from tests.faults import limiter_jobs  # noqa: E402, F401  # the limiter scenarios' jobs, known to workers

@@ -206,3 +206,161 @@ def test_async_tasks_sharing_a_limiter_each_release_their_own_slot(redis):
     # Then the slot still held is the second task's, and none is left at the end
     assert asyncio.run(scenario()) == [permits["second"].token]
     assert redis.zcard("jobsapp:limiter:aio:holders") == 0
+
+
+# --- permits follow the job ------------------------------------------------------------------
+
+OWNER_INFLIGHT = "jobsapp:inflight:host:1:abc"  # a reliable fetch's in-flight list: its owner is host:1:abc
+
+
+def _holders(redis, name):
+    return sorted(token.decode() for token in redis.zrange(f"jobsapp:limiter:{name}:holders", 0, -1))
+
+
+def test_a_slot_is_released_once_however_many_paths_release_it(redis):
+    # Given a slot taken by a job of this process
+    slots = limiter.concurrent("once", 2, wait_timeout=0)
+    permit = limiter.holding(OWNER_INFLIGHT, "jid-1", slots.acquire)()
+    # (the job ended without leaving the block: the job-ended backstop released it already)
+    assert _holders(redis, "once") == []
+    # When its block, the shutdown and the sweeper release it again
+    again = [
+        slots.release(permit),
+        limiter.release_at_exit(redis, OWNER_INFLIGHT),
+        limiter.release_owner(redis, "host:1:abc"),
+    ]
+    # Then none of them frees anything more
+    assert again == [0, 0, 0]
+
+
+def test_a_slot_still_held_when_its_job_ends_is_released_however_the_job_ended(redis):
+    # Given a job that takes a slot and never gives it back (as a JobTimeout landing in acquire
+    # after the grant, or in __exit__ before the release, leaves it), then fails
+    slots = limiter.concurrent("left", 1, wait_timeout=0, lock_timeout=600)
+
+    def job():
+        slots.acquire()
+        assert _holders(redis, "left")[0].startswith("jid-2:"), "the token names the job"
+        assert redis.hgetall("jobsapp:permits:host:1:abc") != {}, "recorded under the process"
+        raise RuntimeError("failed after the grant")
+
+    # When the job ends
+    with pytest.raises(RuntimeError):
+        limiter.holding(OWNER_INFLIGHT, "jid-2", job)()
+    # Then its slot is free, and its process's record of it gone
+    assert _holders(redis, "left") == [] and redis.exists("jobsapp:permits:host:1:abc") == 0
+    assert slots.acquire().acquired_at > 0
+
+
+def test_a_process_shutting_down_releases_the_slots_of_its_jobs_still_running(redis):
+    import threading
+
+    # Given two jobs of this process inside a limiter at the shutdown deadline, and a slot held
+    # by another process
+    slots = limiter.concurrent("shutdown", 3, wait_timeout=0, lock_timeout=600)
+    other = limiter.Concurrent("shutdown", 3, wait_timeout=0, lock_timeout=600)
+    entered, leave = threading.Barrier(3), threading.Event()
+
+    def job():
+        with slots:
+            entered.wait()
+            leave.wait()
+
+    threads = [threading.Thread(target=limiter.holding(OWNER_INFLIGHT, jid, job)) for jid in ("jid-a", "jid-b")]
+    for thread in threads:
+        thread.start()
+    entered.wait()
+    foreign = redis.zadd("jobsapp:limiter:shutdown:holders", {"jid-other:0123": time.time() + 600})
+    # When the process shuts down (its jobs are put back on their queues)
+    released = limiter.release_at_exit(redis, OWNER_INFLIGHT)
+    # Then their two slots are free at once, the other process's still held
+    assert (foreign, released) == (1, 2)
+    assert _holders(redis, "shutdown") == ["jid-other:0123"]
+    leave.set()
+    for thread in threads:
+        thread.join()
+    assert other.release(limiter.Permit("jid-other:0123", 0.0, limiter=other)) == 1
+
+
+def test_the_slots_of_a_dead_process_are_released_when_its_jobs_are_recovered(redis):
+    from jobsapp.recovery import recover_list
+
+    # Given a process holding a slot of a 600 s lock timeout with its job in flight
+    slots = limiter.concurrent("dead-holder", 1, wait_timeout=0, lock_timeout=600)
+    redis.rpush("jobsapp:inflight:host:1:abc", json.dumps({"class": "X", "jid": "jid-d", "queue": "default", "args": []}))
+    seen = {}
+
+    def job_whose_process_dies():
+        slots.acquire()
+        # When the process is found dead and its in-flight list recovered (the sweeper, or
+        # the next process in its supervisor slot) while the job still "holds" the slot
+        recover_list(get_redis(), "host:1:abc")
+        seen["holders"] = _holders(redis, "dead-holder")
+        seen["record"] = redis.exists("jobsapp:permits:host:1:abc")
+
+    limiter.holding(OWNER_INFLIGHT, "jid-d", job_whose_process_dies)()
+    # Then the job is back on its queue and its slot was free at once
+    assert redis.llen("queue:default") == 1
+    assert seen == {"holders": [], "record": 0}
+
+
+@pytest.mark.django_db
+def test_a_job_refused_by_a_concurrent_limiter_is_woken_by_the_release(redis):
+    # Given a job refused by a full one-slot limiter, rescheduled for its fallback time
+    permit = HELD_ELSEWHERE.acquire()
+    NeedsHeldLimiter.perform_async()
+    raw = redis.lmove("queue:default", INFLIGHT, "RIGHT", "LEFT")
+    Processor(RetryPolicy(get_redis(), INFLIGHT)).process(UnitOfWork(raw, "default"))
+    ((_, fallback),) = redis.zrange("schedule", 0, -1, withscores=True)
+    assert fallback > time.time() + 5 and redis.llen("jobsapp:limiter:held-elsewhere:parked") == 1
+    # When the holder releases its slot
+    assert HELD_ELSEWHERE.release(permit) == 1
+    # Then the refused job is due now (the scheduler pushes it within one poll), once
+    ((_, woken),) = redis.zrange("schedule", 0, -1, withscores=True)
+    assert woken <= time.time() and redis.llen("jobsapp:limiter:held-elsewhere:parked") == 0
+
+
+def test_a_job_parked_after_its_slot_freed_is_due_at_once(redis):
+    # Given a job rescheduled for later by a full limiter, whose slot freed before it was parked
+    permit = HELD_ELSEWHERE.acquire()
+    member = json.dumps({"class": "X", "jid": "jid-p", "queue": "default", "args": []})
+    redis.zadd("schedule", {member: time.time() + 60})
+    HELD_ELSEWHERE.release(permit)
+    # When it is parked
+    HELD_ELSEWHERE.park(get_redis(), member)
+    # Then it is due now, not parked until a release that already happened
+    assert redis.zscore("schedule", member) <= time.time() and redis.llen("jobsapp:limiter:held-elsewhere:parked") == 0
+
+
+def test_refusals_count_refused_entries_not_attempts(redis):
+    # Given a full one-slot limiter that waits 0.5 s (ten attempts or so) before refusing
+    slots = limiter.concurrent("counted", 1, wait_timeout=0.5)
+    slots.acquire()
+    # When two entries are refused
+    for _ in range(2):
+        with pytest.raises(limiter.OverLimit):
+            slots.acquire()
+    # Then the counter says 2
+    assert int(redis.hget("jobsapp:limiter:counted", "over_limit")) == 2
+
+
+@pytest.mark.django_db
+def test_a_job_refused_by_a_rate_limiter_comes_back_when_the_window_has_room(redis):
+    from tests.testapp.jobs import UnderWindowLimit
+
+    # Given a window of 10 per second already full, and a job under it that does not wait
+    for _ in range(10):
+        limiter.window("api-window", 10, 1).acquire()
+    refused_at = time.time()
+    UnderWindowLimit.perform_async(1)
+    raw = redis.lmove("queue:default", INFLIGHT, "RIGHT", "LEFT")
+    from tests.testapp.jobs import API_WINDOW
+
+    API_WINDOW.wait_timeout = 0.0
+    try:
+        Processor(RetryPolicy(get_redis(), INFLIGHT)).process(UnitOfWork(raw, "default"))
+    finally:
+        API_WINDOW.wait_timeout = 5.0
+    # Then it is rescheduled for when the window has room (within a second), plus a small jitter
+    ((_, run_at),) = redis.zrange("schedule", 0, -1, withscores=True)
+    assert refused_at < run_at <= refused_at + 1.0 + limiter.RATE_JITTER_SECONDS + 0.1

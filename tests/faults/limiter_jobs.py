@@ -1,0 +1,56 @@
+"""Ledger jobs under limiters, for the fault scenarios 13-15 (imported by ``tests/faults/jobs.py``
+so workers know them). Each records in the ledger Redis, like ``jobs.py``'s:
+
+- ``ledger:attempts`` / ``ledger:done`` HASH id -> times ``perform`` started / returned;
+- ``ledger:started_at`` / ``ledger:finished_at`` HASH id -> wall-clock time inside the limiter.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from jobsapp import Job, limiter, sidekiq_options
+from tests.faults.jobs import ATTEMPTS, DONE, ledger_client
+
+STARTED_AT = "ledger:started_at"
+FINISHED_AT = "ledger:finished_at"
+
+#: One slot, across every process (scenario 15).
+SERIAL = limiter.concurrent("s15-serial", 1, lock_timeout=60)
+#: Three slots whose locks outlive the test, so a leaked slot stays visible (scenario 14).
+TIMED = limiter.concurrent("s14-timed", 3, lock_timeout=600)
+
+
+class SerialLedgerJob(Job):
+    """Sleeps ``sleep_ms`` inside the one-slot limiter, recording when it entered and left."""
+
+    def perform(self, ledger_id, sleep_ms):
+        ledger_client().hincrby(ATTEMPTS, ledger_id, 1)
+        with SERIAL:
+            ledger_client().hset(STARTED_AT, ledger_id, time.time())
+            time.sleep(sleep_ms / 1000)
+            ledger_client().hset(FINISHED_AT, ledger_id, time.time())
+        ledger_client().hincrby(DONE, ledger_id, 1)
+
+
+def _spin(seconds: float) -> None:
+    """Busy Python code: an asynchronous JobTimeout lands in it at once, wherever it is."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+@sidekiq_options(timeout=0.05, retry=0)
+class TimedOutInLimiterJob(Job):
+    """Spins a random time, enters the three-slot limiter and spins again: its 0.05 s timeout
+    lands before, inside ``acquire``, inside the block or inside ``__exit__``, by chance."""
+
+    def perform(self, ledger_id, seed):
+        ledger_client().hincrby(ATTEMPTS, ledger_id, 1)
+        chance = random.Random(seed)
+        _spin(chance.uniform(0.0, 0.06))
+        with TIMED:
+            _spin(chance.uniform(0.0, 0.03))
+        _spin(chance.uniform(0.0, 0.03))
+        ledger_client().hincrby(DONE, ledger_id, 1)

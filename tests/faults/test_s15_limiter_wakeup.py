@@ -1,0 +1,51 @@
+"""Scenario 15: a job refused by a concurrent limiter runs as soon as the slot frees.
+
+Given 4 jobs of N seconds (2 here; ``S15_JOB_SECONDS=6`` for the issue's measurement) under
+``concurrent("s15-serial", 1, lock_timeout=60)`` and two worker processes of two threads each,
+When they run them, Then the four finish within 1.2 x the ideal 4 N seconds plus a small
+constant (a refused job is parked on the limiter and woken by the release, not rescheduled
+after the holder's lock timeout), they never overlap, and the limiter's refusal counter counts
+refused jobs, not attempts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from tests.faults.conftest import FAST_LIVENESS
+from tests.faults.jobs import DONE
+from tests.faults.limiter_jobs import FINISHED_AT, STARTED_AT, SerialLedgerJob
+from tests.workers import wait_until
+
+pytestmark = pytest.mark.slow
+
+JOB_SECONDS = float(os.environ.get("S15_JOB_SECONDS", "2"))
+JOBS = 4
+#: Seconds on top of 1.2 x the ideal: process start-up and a scheduler poll per hand-over.
+SLACK_SECONDS = 3.0
+
+
+def test_jobs_under_a_one_slot_limiter_run_back_to_back_across_processes(redis, ledger, start_worker, measure):
+    # Given two worker processes of two threads each, started and idle
+    first = start_worker(["-c", "2"], overrides=FAST_LIVENESS)
+    second = start_worker(["-c", "2"], overrides=FAST_LIVENESS)
+    wait_until(lambda: len({first.identity, second.identity}) == 2, timeout_seconds=20, message="both workers registered")
+    # When 4 jobs of JOB_SECONDS under a one-slot limiter are pushed
+    pushed = time.time()
+    SerialLedgerJob.perform_bulk([[f"s15-{index}", int(JOB_SECONDS * 1000)] for index in range(JOBS)])
+    ideal = JOBS * JOB_SECONDS
+    wait_until(lambda: ledger.hlen(DONE) == JOBS, timeout_seconds=ideal * 4 + 60, message="all jobs ran")
+    finished = max(float(value) for value in ledger.hvals(FINISHED_AT))
+    elapsed = finished - pushed
+    # Then they ran one at a time, back to back: within 1.2 x the ideal plus a small constant
+    spans = sorted((float(ledger.hget(STARTED_AT, key)), float(ledger.hget(FINISHED_AT, key))) for key in ledger.hkeys(STARTED_AT))
+    gaps = [round(spans[index + 1][0] - spans[index][1], 2) for index in range(len(spans) - 1)]
+    refused = int(redis.hget("jobsapp:limiter:s15-serial", "over_limit") or 0)
+    measure("15 concurrent limit 1", jobs=JOBS, job_seconds=JOB_SECONDS, seconds=round(elapsed, 1), ideal=ideal, gaps=gaps, refused=refused)
+    assert all(gap >= -0.05 for gap in gaps), f"never two inside the limiter at once: {gaps}"
+    assert elapsed <= 1.2 * ideal + SLACK_SECONDS, f"{elapsed:.1f} s for an ideal of {ideal:.0f} s; gaps {gaps}"
+    # and the refusal counter counts jobs refused (each rescheduled at most a few times), not polls
+    assert refused <= JOBS * 3
