@@ -22,16 +22,18 @@ retried. What becomes of a failed task is the engine's: by default (``RETRY: 0``
 straight to the dead set (the operator can retry it from the dashboard) and its result says
 FAILED; ``RETRY: n`` retries it n times with Sidekiq's backoff (READY meanwhile).
 
-Priorities are accepted and ignored: a task declared or enqueued with a priority other than 0
-(within Django's -100..100) is valid, warns ``PriorityIgnored`` once and runs in order of arrival
-in its queue, as every job of that queue does (``supports_priority`` stays False: the engine
-does not order by priority). ``manage.py check`` lists such tasks (jobsapp.W202). Django's range
-check still refuses -101, 101 or 3.1 at declaration.
+Priorities are accepted and ignored: a task declared (or made with ``using()``) with a priority
+other than 0 (within Django's -100..100) is valid, warns ``PriorityIgnored`` at that line of
+code, and runs in order of arrival in its queue, as every job of that queue does
+(``supports_priority`` stays False: the engine does not order by priority). ``manage.py check``
+lists such tasks (jobsapp.W202). Django's range check still refuses -101, 101 or 3.1.
 
 ``enqueue`` returns the result ``get_result`` reads back: ``enqueued_at`` is the push's
 ``created_at`` (stamped before the push, stored with the job's record, and unchanged by retries
-or the scheduler), and the task carries the queue and ``run_after`` it was enqueued with. The
-backend's ``options`` are the ``OPTIONS`` given in settings (defaults are read, not merged in).
+or the scheduler), and the task carries the queue and ``run_after`` it was enqueued with (a
+``run_after`` already past runs at once and reads back as None; an ignored priority is not
+stored, so the declared one reads back). The backend's ``options`` are the ``OPTIONS`` given in
+settings (defaults are read, not merged in).
 Only the last error of a task is kept (``errors`` has at most one).
 """
 
@@ -93,8 +95,8 @@ _STATUSES = {
 }
 
 
-#: Frames between a user's ``@task(...)`` or ``.using(...)`` and ``validate_task`` (dataclass
-#: code generated at class creation has the file name "<string>").
+#: Frames between a user's ``@task(...)`` or ``.using(...)`` and the ``PriorityIgnored`` warning
+#: (dataclass code generated at class creation has the file name "<string>").
 _DECLARATION_FRAMES = (os.path.dirname(django_tasks_package.__file__), dataclasses.__file__, __file__, "<string>")
 
 
