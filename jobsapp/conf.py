@@ -80,6 +80,8 @@ DEFAULTS: dict[str, Any] = {
     "ERROR_MESSAGE_MAX_CHARS": 10_000,
     # Results of jobs pushed with sidekiq_options(retain=seconds): the largest return value kept.
     "RESULT_MAX_BYTES": 512 * 1024,
+    # ... and the most finished records kept: past it the ones closest to expiring are deleted.
+    "RESULTS_MAX_RECORDS": 100_000,
     # runworkers' own log handler (installed only when the project has not configured the
     # jobsapp loggers): "text" (time, pid, thread, level) or "json" (one object a line). --log-format wins.
     "LOG_FORMAT": "text",

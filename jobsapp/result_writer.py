@@ -23,11 +23,13 @@ from . import scripts, shards
 from .backoff import Backoff
 from .clock import SYSTEM_CLOCK, Clock
 from .component import Component
+from .conf import jobs_settings
 from .connection import REDIS_ERRORS, get_redis
 from .payload import Item, now
 from .results import (
     FAILED,
     QUEUED,
+    RECORD_TTL_MAX_SECONDS,
     RETRYING,
     RUNNING,
     SUCCEEDED,
@@ -130,7 +132,13 @@ class Writer(Component):
                 by_shard.setdefault(write.shard, []).append(write)
             for shard, writes in by_shard.items():
                 try:
-                    scripts.result_write(self.connection(shard), now=now(), changes=_changes(writes))
+                    scripts.result_write(
+                        self.connection(shard),
+                        now=now(),
+                        changes=_changes(writes),
+                        ttl_max_seconds=RECORD_TTL_MAX_SECONDS,
+                        max_records=int(jobs_settings.RESULTS_MAX_RECORDS or 0),
+                    )
                 except REDIS_ERRORS as exc:  # the jobs go on (or are filed) as without results; only their records are missing
                     self.backoff.failed(exc)
                     self.dropped += len(writes)

@@ -223,11 +223,19 @@ def batch_update(
     )
 
 
-def result_write(client: Client, *, now: float, changes: Sequence[tuple[str, float, str, dict[str, str]]]) -> Any:
+def result_write(
+    client: Client,
+    *,
+    now: float,
+    changes: Sequence[tuple[str, float, str, dict[str, str]]],
+    ttl_max_seconds: int,
+    max_records: int,
+) -> Any:
     """``result_write.lua``: apply ``(jid, ttl_seconds, kind, fields)`` record changes in order
-    (kind: "start", "update" or "finish"); how many were applied."""
+    (kind: "start", "update" or "finish"), each TTL clamped to 1..``ttl_max_seconds``, then keep
+    at most ``max_records`` finished records (0: no cap); how many changes were applied."""
     script_keys = [keys.RESULTS]
-    script_args: list[str] = [repr(now)]
+    script_args: list[str] = [repr(now), str(ttl_max_seconds), str(max_records), keys.result("")]
     for jid, ttl_seconds, kind, fields in changes:
         script_keys.append(keys.result(jid))
         script_args += [jid, repr(float(ttl_seconds)), kind, str(len(fields))]

@@ -9,7 +9,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from jobsapp import result_writer, results, testing
+from jobsapp import result_writer, results, scripts, testing
+from jobsapp.connection import get_redis
 from tests.testapp.jobs import Noop, Record
 from tests.testapp.tasks import Add, FailTwice, ReturnsObject
 from tests.workers import WorkerProcess, wait_until
@@ -140,3 +141,24 @@ def test_a_requeued_job_is_queued_again(redis):
     middleware.notify("on_requeue", item, reason="shutdown")
     # Then its record says queued again
     assert results.get(jid).status == "queued"
+
+
+def test_finished_records_past_the_cap_are_deleted_soonest_expiring_first(redis, settings):
+    # Given a cap of 5 finished records
+    settings.JOBSAPP = {**settings.JOBSAPP, "RESULTS_MAX_RECORDS": 5}
+    # When 8 retained jobs finish, the first three kept the shortest
+    jids = [Add.set(retain=60 + index).perform_async(index, 1) for index in range(8)]
+    for _ in jids:
+        testing.execute(json.loads(redis.rpop("queue:default")))
+    # Then the index holds the 5 that expire last, and the others' records are gone
+    assert {member.decode() for member in redis.zrange("jobsapp:results", 0, -1)} == set(jids[3:])
+    assert [results.get(jid) for jid in jids[:3]] == [None, None, None]
+    assert all(results.get(jid).value == index + 1 for index, jid in enumerate(jids) if index >= 3)
+
+
+def test_the_writer_clamps_a_ttl_redis_would_refuse(redis):
+    # Given a record change with a TTL far past what EXPIRE takes, batched with an ordinary one
+    changes = [("a" * 24, 1e300, "finish", {"status": "succeeded"}), ("b" * 24, 60.0, "finish", {"status": "succeeded"})]
+    # When the script writes them, Then both are written, the first kept at most the longest TTL
+    assert scripts.result_write(get_redis(), now=1.0, changes=changes, ttl_max_seconds=3600, max_records=0) == 2
+    assert 0 < redis.ttl("jobsapp:result:" + "a" * 24) <= 3600 and 0 < redis.ttl("jobsapp:result:" + "b" * 24) <= 60
