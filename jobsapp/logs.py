@@ -16,8 +16,8 @@ object a line, with the structured fields a line carries (``job_class``, ``jid``
 INFO, ``-v 2`` and up DEBUG.
 
 A job's own log lines carry its class and jid, as Sidekiq's job context does: the processor runs
-the middleware chain and ``perform`` inside ``job_context`` (a context variable, so a thread or
-an ``asyncio`` task started inside inherits it), and ``JobContextFilter``, on runworkers'
+the middleware chain and ``perform`` inside ``job_context`` (a context variable: an ``asyncio``
+task started inside inherits it, a thread does not), and ``JobContextFilter``, on runworkers'
 handler, adds ``job_class`` and ``jid`` to every record made meanwhile, whichever logger made
 it: ``logging.getLogger(__name__).info("charged")`` in ``perform`` prints
 ``... INFO app.jobs: class=app.jobs.Charge jid=… charged`` (a JSON line gets ``job_class`` and
