@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import pytest
@@ -74,3 +75,21 @@ def test_the_page_and_the_metrics_show_a_malformed_entry_instead_of_failing(admi
     assert page.status_code == 200 and metrics.status_code == 200
     assert body.count("data-malformed") == 2 and "jobsapp_every" in body
     assert "&lt;i&gt;text&lt;/i&gt;" in body and "<i>text</i>" not in body
+
+
+@pytest.mark.django_db
+def test_the_page_shows_each_entry_s_last_outcome_and_next_tick(admin_client, redis):
+    # Given a job every 10 minutes whose last tick's job failed
+    definition = periodic.build("report", {"class": "tests.testapp.jobs.Record", "every": 600})
+    now = server_now()
+    periodic.register(get_redis(), definition, server_now=now)
+    periodic.record_outcome(get_redis(), {"periodic": "report", "jid": "a" * 24}, error=ValueError("no"), finished_at=now - 30)
+    # When the page is read
+    body = admin_client.get(reverse("jobsapp:periodic")).content.decode()
+    row = body[body.index('data-periodic="report"') :]
+    row = row[: row.index("</tr>")]
+    # Then its row shows the outcome and when, and the next tick as a UTC time
+    next_tick = definition.next_tick(now)
+    iso = dt.datetime.fromtimestamp(next_tick, dt.UTC).isoformat(timespec="seconds")
+    assert "failed: ValueError" in row and "ago" in row
+    assert f'datetime="{iso.replace("+00:00", "Z")}"' in row
