@@ -42,7 +42,9 @@ thread of a cancelled job parks until the process exits, like a sync job's threa
 deadline, so nothing files it in retry as well. (A job that swallows its ``CancelledError`` and
 returns is acknowledged as done, and the requeue skips it; one that turns it into another
 exception is filed as that failure, and the requeue skips it: never both.)
-A job's ``timeout`` option cancels its coroutine and fails it with ``JobTimeout``.
+A job's ``timeout`` option cancels its coroutine and fails it with ``JobTimeout``; a coroutine
+that blocked the loop past its timeout (so it could not be cancelled) fails with ``JobTimeout``
+when it returns.
 
 TTIN (``launcher.dump_threads``) also logs each running job's await chain through ``log_tasks``,
 asked of the loop: when the loop does not answer within a second, a job is blocking it.
@@ -131,16 +133,27 @@ def run(coroutine: Coroutine[Any, Any, Any], *, timeout_seconds: float | None = 
 
 
 async def _with_timeout(coroutine: Coroutine[Any, Any, Any], timeout_seconds: float | None) -> Any:
+    """Await ``coroutine``; JobTimeout when it ran past ``timeout_seconds``: cancelled at the
+    deadline when it awaits, or, when it blocked the loop past the deadline and returned before
+    the loop could cancel it (a ``time.sleep`` in ``async def``), failed when it returns: its
+    result is not kept, as a sync job interrupted at its timeout would have none."""
     if timeout_seconds is None:
         return await coroutine
     deadline = asyncio.timeout(timeout_seconds)
     try:
         async with deadline:
-            return await coroutine
+            result = await coroutine
     except TimeoutError:
         if deadline.expired():  # ours, not a TimeoutError the job raised itself
             raise JobTimeout(f"the job ran past its timeout of {timeout_seconds:g} s and was cancelled") from None
         raise
+    when = deadline.when()
+    if when is not None and asyncio.get_running_loop().time() > when:
+        raise JobTimeout(
+            f"the job ran past its timeout of {timeout_seconds:g} s blocking its event loop (a blocking call in async def "
+            "perform: wrap it in asyncio.to_thread or sync_to_async), so it could not be cancelled; it is failed, its result not kept"
+        )
+    return result
 
 
 class DaemonThreadExecutor(ThreadPoolExecutor):

@@ -15,7 +15,11 @@ import pytest
 
 from jobsapp import Job, JobTimeout, aio, job, results, testing
 from jobsapp.celery import shared_task
+from jobsapp.connection import get_redis
 from jobsapp.error_fields import decompress_backtrace
+from jobsapp.fetch import UnitOfWork
+from jobsapp.processor import Processor
+from jobsapp.retry import RetryPolicy
 from tests.testapp.jobs import (
     RAN_KEY,
     AsyncBlockingCall,
@@ -121,6 +125,39 @@ def test_a_timeout_cancels_the_coroutine_and_raises_job_timeout():
 
     with pytest.raises(TimeoutError, match="upstream"):
         aio.run(raises_its_own(), timeout_seconds=5)
+
+
+def test_a_coroutine_that_blocks_its_loop_past_the_timeout_fails_with_job_timeout():
+    # Given a coroutine that blocks the loop (time.sleep in async def) past its timeout, then returns
+    async def blocks():
+        time.sleep(0.3)
+        return "done"
+
+    # When it runs under a 0.05 s timeout, Then it fails with JobTimeout, its value not kept
+    with pytest.raises(JobTimeout, match="blocking its event loop"):
+        aio.run(blocks(), timeout_seconds=0.05)
+    # And one that returns within its timeout keeps its value
+    assert aio.run(blocks(), timeout_seconds=5) == "done"
+
+
+class BlocksItsLoop(Job):
+    async def perform(self, seconds):
+        time.sleep(seconds)
+        return "done"
+
+
+@pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
+def test_an_async_job_that_blocked_past_its_timeout_is_filed_as_a_failure_not_a_success(redis):
+    # Given an async job that blocks its loop 0.3 s with a 0.05 s timeout, fetched by a processor
+    BlocksItsLoop.set(timeout=0.05, retry=3).perform_async(0.3)
+    inflight = "jobsapp:inflight:async-test"
+    raw = redis.lmove("queue:default", inflight, "RIGHT", "LEFT")
+    # When the processor runs it
+    outcome = Processor(RetryPolicy(get_redis(), inflight)).process(UnitOfWork(raw, "default"))
+    # Then it is a failure, in the retry set with JobTimeout, not acknowledged as done
+    assert outcome is not None and outcome.failed and not outcome.acknowledge
+    (retried,) = redis.zrange("retry", 0, -1)
+    assert json.loads(retried)["error_class"] == "jobsapp.errors.JobTimeout"
 
 
 # --- a real worker process ------------------------------------------------------------------

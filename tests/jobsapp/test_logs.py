@@ -14,10 +14,14 @@ import time
 import pytest
 
 from jobsapp import logs
+from jobsapp.connection import get_redis
+from jobsapp.fetch import UnitOfWork
 from jobsapp.launcher import SECOND_SIGNAL_AFTER_SECONDS, WorkerOptions
 from jobsapp.launcher import WorkerProcess as Launched
+from jobsapp.processor import Processor
+from jobsapp.retry import RetryPolicy
 from tests.manual_clock import ManualClock
-from tests.testapp.jobs import Record, Sleep
+from tests.testapp.jobs import Explode, Record, Sleep
 from tests.workers import WorkerProcess, wait_until
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pid=\d+ tid=\S+ (DEBUG|INFO|WARNING|ERROR) jobsapp\.\S+: .+$")
@@ -179,3 +183,44 @@ def test_a_job_logging_through_its_own_logger_names_its_class_and_jid_in_the_wor
         assert (document["logger"], document["job_class"], document["jid"]) == ("tests.testapp.billing", class_name, jid)
     else:
         assert line.endswith(f"INFO tests.testapp.billing: class={class_name} jid={jid} charged bob"), line
+
+
+@pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_failed_job_logs_a_warning_with_its_traceback_even_at_verbosity_0(unconfigured, redis, log_format):
+    # Given runworkers' handler at -v 0 (warnings only), in text or JSON
+    unconfigured()
+    stream = io.StringIO()
+    logs.configure(verbosity=0, log_format=log_format, stream=stream)
+    # When a job fails
+    jid = Explode.perform_async("kaboom")
+    inflight = "jobsapp:inflight:logs-test"
+    raw = redis.lmove("queue:default", inflight, "RIGHT", "LEFT")
+    Processor(RetryPolicy(get_redis(), inflight)).process(UnitOfWork(raw, "default"))
+    # Then its one line is a WARNING naming the job, with the traceback down to the raise
+    output = stream.getvalue()
+    if log_format == "json":
+        (document,) = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+        assert document["level"] == "WARNING" and document["jid"] == jid and "ValueError: kaboom" in document["message"]
+        traceback = document["exception"]
+    else:
+        warning = rf"WARNING jobsapp\.processor: class=\S+\.Explode jid={jid} queue=default elapsed_ms=[\d.]+ fail \(retry\)"
+        assert re.search(warning, output)
+        traceback = output
+    assert "Traceback (most recent call last)" in traceback and "raise ValueError(message)" in traceback
+    assert traceback.rstrip().endswith("ValueError: kaboom")
+
+
+@pytest.mark.slow
+def test_a_worker_at_verbosity_0_logs_a_failure_with_its_traceback(redis_server, redis):
+    # Given a worker at -v 0 in a project without logging configuration
+    with WorkerProcess(
+        ["-c", "1", "-v", "0"], env={"DJANGO_SETTINGS_MODULE": "tests.settings_unconfigured_logging"}, redis_url=redis_server.url
+    ) as worker:
+        # When a job fails
+        jid = Explode.perform_async("kaboom")
+        wait_until(lambda: redis.zcard("retry") == 1 and "ValueError: kaboom" in worker.output, message="the failure was logged")
+        output = worker.output
+    # Then the warning and its traceback are in the output, and no INFO line is
+    assert re.search(rf"WARNING jobsapp\.processor: class=\S+\.Explode jid={jid} .* fail \(retry\)", output)
+    assert "Traceback (most recent call last)" in output and " INFO " not in output
