@@ -11,9 +11,10 @@ enqueue side adds (launch, a joined job, the follow-up job), shards 1.. the tran
 
 ``progress`` is the settled share plus, while jobs of the task run, the largest fraction each
 started and unsettled job reported (``report_progress``), over the total: a bar over long jobs
-moves while they run, never goes past 1.0, and a job counts whole once it settles. Reading the
-fractions is one more query, made only while the task's counts show a job working (the summary
-of a task with no running job stays one query).
+moves while they run, never goes past 1.0, never goes down (a job waiting for its retry keeps
+the most it showed), and a job counts whole once it settles. Reading the fractions is one more
+query, made only for a task that has started and has unsettled jobs (the summary of a task not
+started yet, or finished, stays one query).
 
 The summary's ETag is the task row's ``revision`` (total, finish) plus the sum of the shards'
 ``changes`` (every event change adds one): both only grow, so any change gives a new ETag.
@@ -204,12 +205,13 @@ class Task(models.Model):
     @property
     def running_fraction(self) -> float:
         """The fractions reported by the task's started, unsettled jobs (each its largest),
-        summed, in jobs; 0.0 without a job working (no query then). Read once per instance."""
+        summed, in jobs; 0.0 for a task not started, finished or fully settled (no query then).
+        Read once per instance."""
         cached = self.__dict__.get("_running_fraction")
         if cached is not None:
             return float(cached)
         fraction = 0.0
-        if self.finished_at is None and self.total and int(self.tally[COUNT_FIELDS[EventStatus.WORKING.value]]) > 0:
+        if self.finished_at is None and self.started_at is not None and self.settled_count < self.total:
             rows = Event.objects.filter(task_id=self.pk, is_final=False, attempts__gt=0).values_list("messages", flat=True)
             fraction = sum(highest_fraction(list(messages or [])) for messages in rows)
         self.__dict__["_running_fraction"] = fraction

@@ -292,7 +292,9 @@ def test_progress_counts_running_fractions_and_never_goes_down(api, ann):
     launching.record(third, transitions.START)
     launching.record(third, transitions.MESSAGES_ONLY, entries=[progress_entry(1, 10)])
     seen.append(progress())
-    # and the second finishes
+    # and the second finishes while the third waits for its next retry (no job of the task working)
+    launching.record(third, transitions.CRASHED, message="OperationalError")
+    launching.record(third, transitions.RETRY_SCHEDULED, message="retry 2 in 16 s")
     launching.record(second, transitions.FINISHED)
     seen.append(progress())
     # Then progress moved with the reported fractions (not only when jobs ended), stayed in
