@@ -356,9 +356,10 @@ def _freeze_all(step: dict[str, Any]) -> None:
     else:
         if not options.get("task_id"):
             options["task_id"] = new_id()
-        for each in _list_option(options.get("link")):
-            _freeze_all(each)
-        options["link"] = options.get("link") or []
+        if options.get("link"):
+            options["link"] = _list_option(options["link"])
+            for each in options["link"]:
+                _freeze_all(each)
 
 
 def _result_for(step: dict[str, Any], parent: ResultBase | None) -> ResultBase:
@@ -629,6 +630,11 @@ class chain(Signature[Any]):
         steps = copy.deepcopy(list(self["kwargs"]["tasks"]))  # ids are chosen per application, unless frozen
         if not steps:
             raise ValueError("an empty chain has nothing to run")
+        task_id = options.pop("task_id", None)
+        if task_id and not steps[-1].get("subtask_type"):  # a chain's id is its last task's (Celery 5.4)
+            steps[-1] = dict(from_dict(steps[-1]).clone(task_id=task_id))
+        elif task_id:
+            raise ValueError("task_id= names a chain's last task: a chain ending in a group or chord has no single last task")
         if kwargs or options:
             steps[0] = dict(from_dict(steps[0]).clone((), kwargs, **options))
         frozen = _chain_dict(steps) if len(steps) > 1 else steps[0]

@@ -80,3 +80,11 @@ def test_an_errback_taking_the_request_is_called_in_the_worker(worker):
         result.get(timeout=TIMEOUT)
     wait_until(lambda: f"Task {result.id} raised exception: TypeError(" in worker.read_text(), timeout_seconds=TIMEOUT)
     assert "Traceback (most recent call last)" in worker.read_text()
+
+
+def test_a_chain_applied_with_a_task_id_gives_it_to_its_last_task():
+    # Given a chain applied with task_id (Celery 5.4: a chain has the id of its last task)
+    result = (add.s(1, 1) | add.s(2)).apply_async(task_id="the-chains-own-id")
+    # Then its result is the last task's, under that id, and the first task has another one
+    assert result.id == "the-chains-own-id" and result.get(timeout=TIMEOUT) == 4
+    assert result.parent.id != "the-chains-own-id" and result.parent.get(timeout=TIMEOUT) == 2
