@@ -161,9 +161,11 @@ def test_records_of_any_logger_made_inside_a_job_carry_its_class_and_jid(unconfi
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("log_format", ["text", "json"])
-def test_a_job_logging_through_its_own_logger_names_its_class_and_jid_in_the_worker_output(redis_server, redis, log_format):
-    from tests.testapp.jobs import LogsThroughItsOwnLogger
+@pytest.mark.parametrize(("log_format", "kind"), [("text", "sync"), ("json", "sync"), ("text", "async")])
+def test_a_job_logging_through_its_own_logger_names_its_class_and_jid_in_the_worker_output(redis_server, redis, log_format, kind):
+    from tests.testapp.jobs import AsyncLogsThroughItsOwnLogger, LogsThroughItsOwnLogger
+
+    job_class = AsyncLogsThroughItsOwnLogger if kind == "async" else LogsThroughItsOwnLogger
 
     # Given a worker in a project without logging configuration, in text or JSON
     with WorkerProcess(
@@ -172,12 +174,12 @@ def test_a_job_logging_through_its_own_logger_names_its_class_and_jid_in_the_wor
         redis_url=redis_server.url,
     ) as worker:
         # When a job logs through its own logger
-        jid = LogsThroughItsOwnLogger.perform_async("bob")
+        jid = job_class.perform_async("bob")
         wait_until(lambda: "charged bob" in worker.output, message="the job logged")
         output = worker.output
     # Then its line carries the job's class and jid
     (line,) = [line for line in output.splitlines() if "charged bob" in line]
-    class_name = "tests.testapp.jobs.LogsThroughItsOwnLogger"
+    class_name = f"tests.testapp.jobs.{job_class.__name__}"
     if log_format == "json":
         document = json.loads(line)
         assert (document["logger"], document["job_class"], document["jid"]) == ("tests.testapp.billing", class_name, jid)

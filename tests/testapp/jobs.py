@@ -421,3 +421,11 @@ class LogsThroughItsOwnLogger(Job):
 
     def perform(self, text):
         logging.getLogger("tests.testapp.billing").info("charged %s", text)
+
+
+class AsyncLogsThroughItsOwnLogger(Job):
+    """An async job logging through a logger of its own, on the worker's event loop."""
+
+    async def perform(self, text):
+        await asyncio.sleep(0)
+        logging.getLogger("tests.testapp.billing").info("charged %s", text)
