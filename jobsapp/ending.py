@@ -38,6 +38,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from . import batch, periodic, results, unique
+from .middleware import notify
 from .outcomes import DeadReason, OutcomeKind
 from .payload import Item, now
 from .result_writer import recorder
@@ -168,6 +169,18 @@ def finish(
             logger.exception("jid=%s: the %r hook failed at the end of the job (%s)", item.get("jid"), key, fate)
 
 
+def put_back(item: Item, *, reason: str) -> None:
+    """The job went back to its queue unfinished (shutdown, a dead process's recovery, a full
+    limiter): not an ending. A retained job's record says ``queued`` again, then server middleware
+    hears ``on_requeue`` with ``reason`` (a ``RequeueReason``)."""
+    if results.RETAIN_OPTION in item and "jid" in item:
+        try:
+            recorder.on_requeue(item)
+        except Exception:  # the job is back in its queue whatever happens to its record
+            logger.exception("jid=%s: recording the requeue failed", item.get("jid"))
+    notify("on_requeue", item, reason=reason)
+
+
 def finish_outcome(client: redis.Redis, item: Item, outcome: Outcome, *, error: BaseException | None) -> None:
     """``finish`` for what a retry policy filed (the item as filed, with its error fields, when
     it has one); nothing for ``LOST`` (another process filed it: this call settled nothing)."""
@@ -177,4 +190,4 @@ def finish_outcome(client: redis.Redis, item: Item, outcome: Outcome, *, error: 
         finish(client, filed, fate, error=error, reason=outcome.reason, run_at=outcome.run_at)
 
 
-__all__ = ["HOOKS", "DeadReason", "Ending", "Fate", "finish", "finish_outcome"]
+__all__ = ["HOOKS", "DeadReason", "Ending", "Fate", "finish", "finish_outcome", "put_back"]

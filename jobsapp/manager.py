@@ -50,14 +50,13 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from itertools import chain
 
-from . import faults, limiter, registry
+from . import ending, faults, limiter, registry
 from .acker import Acker
 from .aio import PSEUDO_THREAD_ID_BASE, AsyncLane
 from .backoff import Backoff, call_with_retry
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, REDIS_ERRORS
 from .fetch import Fetch, UnitOfWork
-from .middleware import notify
 from .payload import decode
 from .processes import DurationCounter
 from .processor import Processor
@@ -536,4 +535,4 @@ class Manager:
                 continue
             if reason == "shutdown":
                 logger.info("class=%s jid=%s queue=%s put back (unfinished at shutdown)", item.get("class"), item.get("jid"), unit.queue)
-            notify("on_requeue", item, reason=reason)
+            ending.put_back(item, reason=reason)

@@ -203,14 +203,7 @@ def run_client_chain(job_class: type[Job] | None, item: Item, queue: str, redis:
 
 
 def run_server_chain(job: Job, item: Item, queue: str, final: Callable[[], Any]) -> Any:
-    """Call ``final`` (the job's perform) inside every server middleware's ``call``.
-
-    A job pushed with ``retain`` is recorded by ``jobsapp.results`` around the whole chain (not a
-    configurable middleware: removing it from a chain must not lose results silently)."""
-    if "retain" in item:
-        from .result_writer import recorder
-
-        return recorder.run(job, item, lambda: _run_chain(job, item, queue, final))
+    """Call ``final`` (the job's perform) inside every server middleware's ``call``."""
     return _run_chain(job, item, queue, final)
 
 
@@ -230,21 +223,10 @@ def _run_chain(job: Job, item: Item, queue: str, final: Callable[[], Any]) -> An
 def notify(hook: str, *args: Any, **kwargs: Any) -> None:
     """Call ``hook`` on every server middleware; a hook that raises is logged and ignored.
 
-    A job pushed with ``retain`` that goes back to its queue is first recorded as queued again
-    (``jobsapp.results``); its outcomes are recorded by the "job ended" door (``jobsapp.ending``)."""
-    if hook == "on_requeue" and args and isinstance(args[0], dict) and "retain" in args[0]:
-        _record_requeue(args[0])
+    The engine's own features hear a job's end through the "job ended" door (``jobsapp.ending``),
+    not through these hooks."""
     for middleware in server_chain().instances():
         try:
             getattr(middleware, hook)(*args, **kwargs)
         except Exception:  # the job's fate is already decided; a failing hook must not change it
             logger.exception("server middleware %s.%s failed", type(middleware).__name__, hook)
-
-
-def _record_requeue(item: Item) -> None:
-    from .result_writer import recorder
-
-    try:
-        recorder.on_requeue(item)
-    except Exception:  # the job is back in its queue whatever happens to its record
-        logger.exception("recording the requeue of job %s failed", item.get("jid"))

@@ -55,6 +55,7 @@ from .errors import JobTimeout, MalformedPayload, NoRetryError, UnknownJobClass
 from .middleware import notify, run_server_chain
 from .outcomes import DeadReason, OutcomeKind, RequeueReason
 from .payload import RECOVERED_KEY, Item, decode, malformed_item, now, timestamp_seconds
+from .result_writer import run_recorded
 
 if TYPE_CHECKING:
     from .fetch import UnitOfWork
@@ -230,7 +231,8 @@ class Processor:
             job.item = item
             job.queue = unit.queue
             with logs.job_context(class_name=class_name, jid=jid):  # users' log lines name their job
-                run_server_chain(job, item, unit.queue, self._perform_call(admitted, job, timeout))
+                call_perform = self._perform_call(admitted, job, timeout)
+                run_recorded(job, item, lambda: run_server_chain(job, item, unit.queue, call_perform))
         except NoRetryError as exc:
             return self._on_no_retry(admitted, exc)
         except BaseException as exc:  # noqa: BLE001  # any failure of user code (even SystemExit): retried, dead or discarded
@@ -309,7 +311,7 @@ class Processor:
         run_at = limiter.reschedule(self.policy, unit, item, exc, rng=self.policy.rng)
         if run_at is None:
             return None
-        notify("on_requeue", item, reason=RequeueReason.OVER_LIMIT)
+        ending.put_back(item, reason=RequeueReason.OVER_LIMIT)
         logger.info(
             "class=%s jid=%s queue=%s over limit %r: rescheduled in %.1f s",
             admitted.class_name,

@@ -130,7 +130,7 @@ def _recover_one(client: redis.Redis, raw: bytes, *, inflight_key: str, started_
             scripts.recover_requeue(client, inflight_key=inflight_key, raw=raw, queue=queue, jid=jid, marked=marked, blamed=blamed)
         )
         if moved:
-            notify("on_requeue", item, reason=RequeueReason.RECOVERED)
+            ending.put_back(item, reason=RequeueReason.RECOVERED)
         return moved, "queue"
     poison = PoisonJob(f"recovered from {count} dead processes; treated as poison")
     timestamp = now()

@@ -30,6 +30,7 @@ from .results import (
     FAILED,
     QUEUED,
     RECORD_TTL_MAX_SECONDS,
+    RETAIN_OPTION,
     RETRYING,
     RUNNING,
     SUCCEEDED,
@@ -211,6 +212,15 @@ class Recorder:
 
 
 recorder = Recorder()
+
+
+def run_recorded(job: Job, item: Item, run: Callable[[], Any]) -> Any:
+    """``run()`` (the server chain around ``perform``), with a retained job's record written
+    around it: ``running`` before, ``succeeded`` and the value after. A job without ``retain``
+    pays one dict lookup."""
+    if RETAIN_OPTION in item:
+        return recorder.run(job, item, run)
+    return run()
 
 
 def write_outcome(jid: str, fields: Fields, *, retain_seconds: float) -> None:

@@ -3,7 +3,7 @@
 A retained job gets one Redis HASH, ``keys.result(jid)``, that lives ``retain`` seconds after its
 last change: status, timestamps, attempts, the return value (JSON-native, at most
 ``JOBSAPP["RESULT_MAX_BYTES"]`` encoded) and the last error. A job without ``retain`` writes
-nothing here and costs one dict lookup (``"retain" in item``) in ``middleware.run_server_chain``.
+nothing here and costs one dict lookup (``"retain" in item``) in ``result_writer.run_recorded``.
 This is the store ``jobsapp.django_tasks`` and ``jobsapp.celery`` read.
 
 Who writes, in which thread, and in how many round trips:
@@ -11,7 +11,7 @@ Who writes, in which thread, and in how many round trips:
 - the pushing thread (``client._write``): status ``queued`` or ``scheduled`` with the class,
   queue, arguments and times, in the same pipeline as the push and before it, so a worker can
   never see the job before its record exists;
-- the processor thread, through ``Recorder`` (hooked into the server chain and its notifications):
+- the processor thread, through ``Recorder`` (around the server chain, and the "job ended" door):
   ``running`` when an attempt starts (``attempts`` incremented), then the outcome: ``succeeded``
   with the value, ``retrying`` with the error and the next attempt time (kept alive at least
   until that attempt plus ``retain``), or ``failed`` (the dead set, a discarded job,

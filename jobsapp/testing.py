@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from . import aio, client, registry, timeouts, unique
 from .middleware import run_server_chain
 from .payload import Item
+from .result_writer import run_recorded
 
 if TYPE_CHECKING:
     from .job import Job
@@ -91,7 +92,7 @@ def execute(item: Item) -> Any:
     call_perform = lambda: job.perform(*args, **kwargs)  # noqa: E731
     if job_class.is_async:  # awaited on a new loop in this thread (jobsapp.aio)
         call_perform = partial(aio.perform, call_perform, timeout_seconds=timeouts.timeout_seconds(item))
-    return run_server_chain(job, item, job.queue, call_perform)
+    return run_recorded(job, item, lambda: run_server_chain(job, item, job.queue, call_perform))
 
 
 def set_mode(mode: str) -> None:

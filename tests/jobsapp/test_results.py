@@ -9,7 +9,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from jobsapp import result_writer, results, scripts, testing
+from jobsapp import ending, result_writer, results, scripts, testing
 from jobsapp.connection import get_redis
 from tests.testapp.jobs import Noop, Record
 from tests.testapp.tasks import Add, FailTwice, ReturnsObject
@@ -130,15 +130,13 @@ def test_completed_page_is_staff_only(client):
 
 
 def test_a_requeued_job_is_queued_again(redis):
-    from jobsapp import middleware
-
     # Given a retained job whose record says it is not waiting in its queue any more
     jid = Add.perform_async(1, 1)
     item = json.loads(redis.lpop("queue:default"))
     result_writer.recorder.on_retry(item, ValueError("x"), retry_count=0, run_at=0)
     assert results.get(jid).status == "retrying"
     # When the engine puts it back at the front of its queue (shutdown, recovery)
-    middleware.notify("on_requeue", item, reason="shutdown")
+    ending.put_back(item, reason="shutdown")
     # Then its record says queued again
     assert results.get(jid).status == "queued"
 
