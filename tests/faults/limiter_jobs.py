@@ -18,6 +18,8 @@ FINISHED_AT = "ledger:finished_at"
 
 #: One slot, across every process (scenario 15).
 SERIAL = limiter.concurrent("s15-serial", 1, lock_timeout=60)
+#: Four admissions per sliding 2 s, never waiting in the job: a refusal reschedules (scenario 15).
+WINDOW = limiter.window("s15-window", 4, 2, wait_timeout=0)
 #: Three slots whose locks outlive the test, so a leaked slot stays visible (scenario 14).
 TIMED = limiter.concurrent("s14-timed", 3, lock_timeout=600)
 
@@ -31,6 +33,17 @@ class SerialLedgerJob(Job):
             ledger_client().hset(STARTED_AT, ledger_id, time.time())
             time.sleep(sleep_ms / 1000)
             ledger_client().hset(FINISHED_AT, ledger_id, time.time())
+        ledger_client().hincrby(DONE, ledger_id, 1)
+
+
+class WindowLedgerJob(Job):
+    """Enters the rate limiter at once or is rescheduled; records when the window admitted it
+    (the Redis server's clock)."""
+
+    def perform(self, ledger_id):
+        ledger_client().hincrby(ATTEMPTS, ledger_id, 1)
+        with WINDOW as permit:
+            ledger_client().hset(STARTED_AT, ledger_id, permit.acquired_at)
         ledger_client().hincrby(DONE, ledger_id, 1)
 
 
