@@ -1,4 +1,4 @@
-"""Ledger jobs under limiters, for the fault scenarios 13-15 (imported by ``tests/faults/jobs.py``
+"""Ledger jobs under limiters, for the fault scenarios 16-18 (imported by ``tests/faults/jobs.py``
 so workers know them). Each records in the ledger Redis, like ``jobs.py``'s:
 
 - ``ledger:attempts`` / ``ledger:done`` HASH id -> times ``perform`` started / returned;
@@ -16,12 +16,12 @@ from tests.faults.jobs import ATTEMPTS, DONE, ledger_client
 STARTED_AT = "ledger:started_at"
 FINISHED_AT = "ledger:finished_at"
 
-#: One slot, across every process (scenario 15).
-SERIAL = limiter.concurrent("s15-serial", 1, lock_timeout=60)
-#: Four admissions per sliding 2 s, never waiting in the job: a refusal reschedules (scenario 15).
-WINDOW = limiter.window("s15-window", 4, 2, wait_timeout=0)
-#: Three slots whose locks outlive the test, so a leaked slot stays visible (scenario 14).
-TIMED = limiter.concurrent("s14-timed", 3, lock_timeout=600)
+#: One slot, across every process (scenario 18).
+SERIAL = limiter.concurrent("s18-serial", 1, lock_timeout=60)
+#: Four admissions per sliding 2 s, never waiting in the job: a refusal reschedules (scenario 18).
+WINDOW = limiter.window("s18-window", 4, 2, wait_timeout=0)
+#: Three slots whose locks outlive the test, so a leaked slot stays visible (scenario 17).
+TIMED = limiter.concurrent("s17-timed", 3, lock_timeout=600)
 
 
 class SerialLedgerJob(Job):
