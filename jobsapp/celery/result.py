@@ -261,6 +261,31 @@ class GroupResult(AsyncResult[list[Any]]):
     def supports_native_join(self) -> bool:
         return False
 
+    def add(self, result: AsyncResult[Any]) -> None:
+        """Add ``result`` to the set (once)."""
+        if result not in self.results:
+            self.results.append(result)
+
+    def discard(self, result: AsyncResult[Any]) -> None:
+        """Remove ``result`` from the set, if there."""
+        if result in self.results:
+            self.results.remove(result)
+
+    def update(self, results: list[AsyncResult[Any]]) -> None:
+        """Add each of ``results`` not already in the set."""
+        for each in results:
+            self.add(each)
+
+    def clear(self) -> None:
+        self.results.clear()
+
+    def iterate(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5) -> Iterator[Any]:
+        """Each task's value, in order, as it becomes ready."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for each in self.results:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            yield each.get(timeout=remaining, propagate=propagate, interval=interval)
+
     def get(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5, **options: Any) -> list[Any]:
         """Every task's value, in order (the first error raised with ``propagate``)."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobsapp.celery import Signature, TaskFailure, chain
+from jobsapp.celery import AsyncResult, GroupResult, Signature, TaskFailure, chain
 from tests.conformance.celery.tasks import add, error_handler, exits, mul, old_style_errback, raising_task
 from tests.workers import WorkerProcess, wait_until
 
@@ -88,3 +88,17 @@ def test_a_chain_applied_with_a_task_id_gives_it_to_its_last_task():
     # Then its result is the last task's, under that id, and the first task has another one
     assert result.id == "the-chains-own-id" and result.get(timeout=TIMEOUT) == 4
     assert result.parent.id != "the-chains-own-id" and result.parent.get(timeout=TIMEOUT) == 2
+
+
+def test_a_group_result_is_a_set_of_results():
+    # Given a GroupResult of two results
+    first, second, third = AsyncResult("a" * 24), AsyncResult("b" * 24), AsyncResult("c" * 24)
+    results = GroupResult("g" * 24, [first, second])
+    # When results are added and discarded, Then each is there once, in order
+    results.add(first)
+    results.update([second, third])
+    results.discard(second)
+    assert results.results == [first, third] and len(results) == 2
+    assert results.waiting() and not results.ready() and results.completed_count() == 0
+    results.clear()
+    assert results.results == []

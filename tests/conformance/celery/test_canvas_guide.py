@@ -119,6 +119,11 @@ def test_simple_chord():
     assert res.get(timeout=TIMEOUT) == 90
 
 
+def test_an_immutable_chord_body_gets_no_values():
+    result = chord((add.s(c, c) for c in range(3)), reset_buffers.si()).apply_async()
+    assert result.get(timeout=TIMEOUT) == "reset"
+
+
 def test_partial_chains_combine():
     c1 = add.s(4) | mul.s(8)
     res = c1(16)  # (16 + 4) * 8
@@ -296,6 +301,8 @@ def test_map_and_starmap():
     assert ~tsum.map([list(range(10)), list(range(100))]) == [45, 4950]
     assert ~add.starmap(zip(range(10), range(10))) == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18]
     assert repr(tsum.map([1, 2])) == f"[{tsum.name}(x) for x in [1, 2]]"
+    later = add.starmap(zip(range(10), range(10))).apply_async(countdown=1)  # the guide waits 10 s
+    assert later.get(timeout=TIMEOUT) == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18]
 
 
 def test_chunks():
