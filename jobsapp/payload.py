@@ -15,6 +15,7 @@ import secrets
 import time
 from typing import Any
 
+from . import codec
 from .conf import jobs_settings
 from .errors import MalformedPayload, PayloadTooLarge
 
@@ -136,7 +137,7 @@ def normalize_item(item: Item, *, timestamp: float | None = None) -> Item:
 
 def encode(item: Item) -> bytes:
     """Compact UTF-8 JSON; PayloadTooLarge past ``MAX_PAYLOAD_BYTES``."""
-    data = compact_json(item).encode("utf-8")
+    data = codec.dumps_compact(item, _STRICT_ENCODE)  # its values were checked (normalize_item)
     limit = jobs_settings.MAX_PAYLOAD_BYTES
     if limit and len(data) > limit:
         raise PayloadTooLarge(
@@ -178,7 +179,7 @@ def parse_json(raw: bytes | str) -> Any:
     whatever the bytes (invalid UTF-8, a number of a million digits, JSON nested 100,000 deep,
     which makes ``json.loads`` raise RecursionError)."""
     try:
-        value = json.loads(raw)
+        value = codec.loads(raw)
     except (ValueError, UnicodeDecodeError, TypeError) as exc:  # the caller sends the raw text to the dead set
         raise MalformedPayload(f"not valid JSON: {str(exc)[:200]}") from None
     except RecursionError:  # nested past the interpreter's limit: dead, never retried
