@@ -25,9 +25,11 @@ What becomes of the job is returned to the manager, which acknowledges it in the
 - any other exception: ``RetryPolicy`` files it in retry or dead atomically with its ack.
 
 Django database connections are per thread: stale ones are closed before and after each job,
-as Django does around a request; the check before a job is skipped when the same thread checked
-after its previous job less than ``CONNECTIONS_FRESH_SECONDS`` ago (back-to-back jobs: nothing
-can have gone stale in between, and each check costs several thread-local lookups). One log
+as Django does around a request, in every thread that has opened one (Django's
+``connection_created`` marks it; a thread whose jobs never touch the database has nothing to
+close and skips the thread-local lookups of every alias). The check before a job is skipped when
+the same thread checked after its previous job less than ``CONNECTIONS_FRESH_SECONDS`` ago
+(back-to-back jobs: nothing can have gone stale in between). One log
 line at start and one at the end of each job.
 """
 
@@ -45,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
+from django.db.backends.signals import connection_created
 
 from . import aio, ending, expiry, faults, limiter, logs, registry, timeouts, unique
 from .conf import jobs_settings
@@ -70,8 +73,19 @@ logger = logging.getLogger("jobsapp.processor")
 #: again before its next job (Django checks before and after each request).
 CONNECTIONS_FRESH_SECONDS = 1.0
 
-#: Per thread: ``checked_at``, when it last closed its stale database connections (monotonic).
+#: Per thread: ``database_used``, set once the thread opened a database connection, and
+#: ``checked_at``, when it last closed its stale database connections (monotonic).
 _connections = threading.local()
+
+
+def _mark_database_used(sender: object, **kwargs: object) -> None:
+    """``connection_created`` runs in the thread that opened the connection: from then on the
+    thread's jobs are followed by ``close_old_connections`` (a thread that never opened one has
+    nothing it could close)."""
+    _connections.database_used = True
+
+
+connection_created.connect(_mark_database_used, weak=False, dispatch_uid="jobsapp.processor.database_used")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -222,9 +236,11 @@ class Processor:
         timeout = timeouts.timeout_seconds(item) if timeouts.TIMEOUT_KEY in item else None
         if unique.DIGEST_KEY in item:
             unique.release(self.policy.client, item, moment="start")
-        checked_at = getattr(_connections, "checked_at", None)
-        if checked_at is None or admitted.started - checked_at >= CONNECTIONS_FRESH_SECONDS:
-            close_old_connections()
+        database_used = getattr(_connections, "database_used", False)
+        if database_used:
+            checked_at = getattr(_connections, "checked_at", None)
+            if checked_at is None or admitted.started - checked_at >= CONNECTIONS_FRESH_SECONDS:
+                close_old_connections()
         try:
             job = admitted.job_class()  # user code too (a job's __init__): its failure is the job's failure
             job.jid = jid
@@ -242,8 +258,9 @@ class Processor:
                     return rescheduled
             return self._on_failure(admitted, exc)
         finally:
-            close_old_connections()
-            _connections.checked_at = time.monotonic()
+            if database_used or getattr(_connections, "database_used", False):
+                close_old_connections()
+                _connections.checked_at = time.monotonic()
         return self._on_success(admitted)
 
     def _perform_call(self, admitted: _Admitted, job: Job, timeout: float | None) -> Callable[[], Any]:
