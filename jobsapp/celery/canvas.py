@@ -630,6 +630,17 @@ class chain(Signature[Any]):
         steps = copy.deepcopy(list(self["kwargs"]["tasks"]))  # ids are chosen per application, unless frozen
         if not steps:
             raise ValueError("an empty chain has nothing to run")
+        for callback in _list_option(options.pop("link", None)):  # linked to the last task, as chain.link
+            last = from_dict(steps[-1])
+            last.link(from_dict(callback))
+            steps[-1] = dict(last)
+        for errback in _list_option(options.pop("link_error", None)):  # linked to every task, as chain.link_error
+            linked = []
+            for step in steps:
+                each = from_dict(step)
+                each.link_error(from_dict(copy.deepcopy(errback)))
+                linked.append(dict(each))
+            steps = linked
         task_id = options.pop("task_id", None)
         if task_id and not steps[-1].get("subtask_type"):  # a chain's id is its last task's (Celery 5.4)
             steps[-1] = dict(from_dict(steps[-1]).clone(task_id=task_id))

@@ -102,3 +102,11 @@ def test_a_group_result_is_a_set_of_results():
     assert results.waiting() and not results.ready() and results.completed_count() == 0
     results.clear()
     assert results.results == []
+
+
+def test_a_chain_applied_with_link_calls_it_with_the_last_value():
+    # Given a chain applied with a callback (Celery links it to the chain's last task)
+    result = (add.s(1, 1) | add.s(2)).apply_async(link=mul.s(10))
+    # Then the callback gets the chain's value
+    assert result.get(timeout=TIMEOUT) == 4
+    assert result.children[0].get(timeout=TIMEOUT) == 40
