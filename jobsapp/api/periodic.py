@@ -244,12 +244,16 @@ class PeriodicSet:
     @staticmethod
     @translate_errors
     def run_now(name: str) -> str | None:
-        """Push the job once now (not a tick); its jid, or None when there is no such job."""
+        """Push the job once now (not a tick); its jid, or None when there is no such job.
+        ValueError says why when its stored message cannot be pushed (another client wrote it)."""
         job = PeriodicSet.get(name)
         if job is None or not job.message.get("class"):
             return None
         item = {key: value for key, value in job.message.items() if key not in ("jid", "enqueued_at", "created_at", "at")}
-        jid = client.push(item)
+        try:
+            jid = client.push(item)
+        except (TypeError, ValueError) as exc:  # refused before anything was written: nothing pushed
+            raise ValueError(f"periodic job {name!r}: its stored message cannot be pushed ({exc})") from None
         if jid is not None:
             connection = get_redis()
             now = dt.datetime.fromtimestamp(server_time(connection), dt.UTC)

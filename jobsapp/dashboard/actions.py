@@ -132,7 +132,11 @@ def periodic_action(request: HttpRequest) -> HttpResponse:
         else:
             _tell(request, f"No periodic job {name}.", level=messages.WARNING)
     elif action == "run":
-        jid = api.PeriodicSet.run_now(name)
+        try:
+            jid = api.PeriodicSet.run_now(name)
+        except ValueError as exc:  # a stored message another client broke: nothing was pushed
+            _tell(request, str(exc), level=messages.WARNING)
+            return _back(request, reverse("jobsapp:periodic"))
         if jid:
             _tell(request, f"Enqueued {name} now as {jid}.")
         else:

@@ -93,3 +93,16 @@ def test_the_page_shows_each_entry_s_last_outcome_and_next_tick(admin_client, re
     iso = dt.datetime.fromtimestamp(next_tick, dt.UTC).isoformat(timespec="seconds")
     assert "failed: ValueError" in row and "ago" in row
     assert f'datetime="{iso.replace("+00:00", "Z")}"' in row
+
+
+@pytest.mark.django_db
+def test_run_now_of_a_broken_stored_message_warns_instead_of_failing(admin_client, redis):
+    # Given a sidekiq-cron entry whose stored message has args that are not a list
+    redis.sadd("cron_jobs", "cron_job:odd")
+    redis.hset(
+        "cron_job:odd", mapping={"name": "odd", "klass": "HardWorker", "cron": "* * * * *", "message": '{"class":"HardWorker","args":"x"}'}
+    )
+    # When staff press "Run now", Then the page comes back with the reason and nothing was pushed
+    response = admin_client.post(reverse("jobsapp:periodic_action"), {"name": "odd", "action": "run"}, follow=True)
+    assert response.status_code == 200 and "cannot be pushed" in response.content.decode()
+    assert redis.llen("queue:default") == 0

@@ -367,3 +367,21 @@ def test_a_short_interval_tick_after_missed_ticks_is_skipped_with_missed_skip(re
     # Then it runs when no tick was missed, and is skipped after missed ticks
     assert claimed[1] == outcome
     assert redis.llen("queue:default") == (1 if outcome == "enqueued" else 0)
+
+
+def test_running_now_a_job_whose_stored_message_is_broken_says_why(redis):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    # Given a sidekiq-cron entry whose message another client wrote with args that are not a list
+    redis.sadd("cron_jobs", "cron_job:odd")
+    redis.hset(
+        "cron_job:odd", mapping={"name": "odd", "klass": "HardWorker", "cron": "* * * * *", "message": '{"class":"HardWorker","args":"x"}'}
+    )
+    # When it is run now through the API and the CLI, Then the reason is given and nothing is pushed
+    with pytest.raises(ValueError, match="'odd': its stored message cannot be pushed"):
+        api.PeriodicSet.run_now("odd")
+    with pytest.raises(CommandError, match="cannot be pushed"):
+        call_command("jobs", "periodic", "run", "odd", stdout=StringIO())
+    assert redis.llen("queue:default") == 0

@@ -389,7 +389,10 @@ class Command(BaseCommand):
         if not name:
             raise CommandError(f"periodic {action} needs the job's name (see: manage.py jobs periodic)")
         if action == "run":
-            jid = api.PeriodicSet.run_now(name)
+            try:
+                jid = api.PeriodicSet.run_now(name)
+            except ValueError as exc:  # a stored message another client broke: nothing was pushed
+                raise CommandError(str(exc)) from None
             if jid is None:
                 raise CommandError(f"no periodic job {name!r} (see: manage.py jobs periodic)")
             self.say({"name": name, "jid": jid}, f"Enqueued {name} now as {jid}.")
