@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import client
+from . import task as task  # ``from celery.app import task`` (the module), as the tasks guide imports it
 from .control import revoke
 from .options import check_options, warn_unsupported
 from .result import AsyncResult
@@ -83,11 +84,26 @@ class Celery:
         self.main = main
         self.conf = Settings()
         self.control = _Control()
+        if type(self).gen_task_name is not Celery.gen_task_name:
+            self.task = TaskDecorator(namer=self.gen_task_name)
         if args or options:
             warn_unsupported("Celery(broker=..., backend=..., ...)", "Redis and results are JOBSAPP settings")
 
-    #: ``@app.task``, ``@app.task()``, ``@app.task(bind=True, base=..., ...)``: ``shared_task``.
+    #: ``@app.task``, ``@app.task()``, ``@app.task(bind=True, base=..., ...)``: ``shared_task``,
+    #: naming tasks with ``gen_task_name`` (set per instance, below).
     task: TaskDecorator = shared_task
+
+    def gen_task_name(self, name: str, module: str) -> str:
+        """A task's default name: ``module.name`` (a subclass may override it, as Celery's)."""
+        return f"{module}.{name}"
+
+    def register_task(self, task: Any, **options: Any) -> Any:
+        """Refused: a class-based task (a ``Task`` subclass defining ``run``) is not supported;
+        decorate a function, with ``base=`` for shared behaviour."""
+        raise TypeError(
+            "app.register_task() is not supported by jobsapp.celery: define the task with @app.task / @shared_task "
+            "on a module-level function (base=YourTaskClass for shared attributes and handlers)"
+        )
 
     @property
     def tasks(self) -> dict[str, _Task[Any, Any]]:

@@ -29,7 +29,6 @@ IGNORED_OPTIONS: dict[str, str] = {
     "retry": "a refused push raises jobsapp.RedisUnavailable at once",
     "add_to_parent": "results are not linked to a parent",
     "shadow": "the task's name is its wire name",
-    "typing": "arguments are not checked against the signature at call time",
     "trail": "results are not linked to children",
     "send_events": "there are no Celery events: see the dashboard and /jobs/metrics",
     "track_started": "STARTED is always tracked",
@@ -37,10 +36,16 @@ IGNORED_OPTIONS: dict[str, str] = {
     "throws": "every failure is logged the same way",
     "resultrepr_maxsize": "results are shown truncated by the dashboard",
     "autoregister": "tasks are always registered when defined",
-    "pydantic": "arguments are JSON-native values",
     "abstract": "use a plain function",
     "route_name": "there are no routes: queue= is the only routing",
     "terminate": "a running task is not interrupted",
+    "argsrepr": "the dashboard and the results store show the arguments as given: keep secrets out of them",
+    "kwargsrepr": "the dashboard and the results store show the arguments as given: keep secrets out of them",
+}
+
+#: Refused with TypeError, with why: honouring them silently would change what the task receives.
+REFUSED_OPTIONS: dict[str, str] = {
+    "pydantic": "arguments are JSON-native values; the task would receive dicts, not models (validate them in the task)",
 }
 
 
@@ -59,5 +64,7 @@ def check_options(options: dict[str, object], *, where: str) -> None:
     for option in options:
         if option in IGNORED_OPTIONS:
             warn_unsupported(option)
+        elif option in REFUSED_OPTIONS:
+            raise TypeError(f"{where}: the Celery option {option!r} is not supported: {REFUSED_OPTIONS[option]}")
         else:
             raise TypeError(f"{where} got an unexpected option {option!r}")

@@ -17,6 +17,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from .. import results
 from .exceptions import CeleryError, TaskFailure, TaskRevokedError, TimeoutError
+from .trace import inside_worker_task
 
 State = Literal["PENDING", "STARTED", "RETRY", "FAILURE", "SUCCESS"]
 
@@ -151,9 +152,15 @@ class AsyncResult(ResultBase, Generic[Returned]):
 
     def get(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5, **options: Any) -> Returned:
         """Wait for the task to finish and return its value; raise its error (``propagate``) or
-        ``TimeoutError`` after ``timeout`` seconds."""
+        ``TimeoutError`` after ``timeout`` seconds. Inside a task a worker runs, RuntimeError
+        (Celery's rule: it would block the worker's thread) unless ``disable_sync_subtasks=False``."""
         if options.get("on_message") is not None:
             raise TypeError("AsyncResult.get(on_message=...) is not supported: read .state and .info instead")
+        if options.get("disable_sync_subtasks", True) and inside_worker_task():
+            raise RuntimeError(
+                "Never call result.get() within a task! See "
+                "https://docs.celeryq.dev/en/latest/userguide/tasks.html#avoid-launching-synchronous-subtasks"
+            )
         if self.ignored:
             return None  # type: ignore[return-value]  # Celery's get() of an ignored result
         deadline = None if timeout is None else time.monotonic() + timeout

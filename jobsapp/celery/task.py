@@ -77,7 +77,7 @@ from .options import check_options
 from .result import AsyncResult, EagerResult
 from .result import AsyncResult as _AsyncResult  # the class, where a method named AsyncResult shadows it
 from .states import FAILURE, IGNORED, REJECTED, SUCCESS
-from .trace import ExceptionInfo, call_handler, soft_limit
+from .trace import ExceptionInfo, call_handler, running, soft_limit
 
 Params = ParamSpec("Params")
 Returned = TypeVar("Returned", covariant=True)
@@ -129,12 +129,9 @@ class Context:
         return f"<Context {self.__dict__!r}>"
 
 
-_running = threading.local()  # the requests of the tasks running in this thread (innermost last)
-
-
 def current_request() -> tuple[Task[Any, Any], Context] | None:
     """The task running in this thread and its request, None outside one (task loggers read it)."""
-    stack: list[tuple[Task[Any, Any], Context]] = getattr(_running, "stack", [])
+    stack = running()
     return stack[-1] if stack else None
 
 
@@ -142,7 +139,7 @@ def current_request() -> tuple[Task[Any, Any], Context] | None:
 def _requesting(task: Task[Any, Any], request: Context) -> Iterator[None]:
     """``task.request`` (and ``current_request()``) is ``request`` inside this block, in this thread."""
     own = task._local.__dict__.setdefault("stack", [])
-    shared = _running.__dict__.setdefault("stack", [])
+    shared = running()
     own.append(request)
     shared.append((task, request))
     try:
@@ -196,6 +193,8 @@ class Task(Generic[Params, Returned]):
     expires: float | dt.datetime | None = None
     soft_time_limit: float | None = None
     time_limit: float | None = None
+    #: Check a call's arguments against the function's signature when it is pushed (Celery's default).
+    typing: bool = True
     #: jobsapp's own: record the task's runs as tracking events (``update_state`` then reports progress)
     use_task_event: bool = False
 
@@ -346,7 +345,10 @@ class Task(Generic[Params, Returned]):
         time_limit: float | None = None,
         **options: Any,
     ) -> _AsyncResult[Returned]:
-        """Push the task; returns its ``AsyncResult`` (its id is the job's jid)."""
+        """Push the task; returns its ``AsyncResult`` (its id is the job's jid). With ``typing``
+        (the default), arguments the function cannot take are a TypeError here, as Celery's."""
+        if self.typing:
+            self._check_arguments(args or (), kwargs or {})
         extra = {name: value for name, value in (("producer", producer), ("shadow", shadow)) if value is not None}
         check_options({**extra, **options}, where=f"{self.name}.apply_async()")
         honoured: dict[str, Any] = {
@@ -365,6 +367,20 @@ class Task(Generic[Params, Returned]):
         given = {key: value for key, value in honoured.items() if value is not None}
         call: Signature[Returned] = Signature(self.name, args, kwargs, **given)
         return call.apply_async()
+
+    def _check_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """TypeError when the function cannot be called with ``args`` and ``kwargs``."""
+        try:
+            signature = inspect.signature(self.function)
+        except (TypeError, ValueError):  # a builtin or C function without a signature: not checked, as Celery
+            return
+        try:
+            if self.bind:
+                signature.bind(self, *args, **kwargs)
+            else:
+                signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}: {exc}") from None
 
     def _push(
         self,
@@ -685,15 +701,23 @@ _TASK_OPTIONS = frozenset(
         "soft_time_limit",
         "time_limit",
         "use_task_event",
+        "typing",
     }
 )
 #: Handlers Celery lets a decorator set (``@app.task(on_retry=...)``): they become methods.
 _HANDLER_OPTIONS = frozenset({"before_start", "on_success", "on_failure", "on_retry", "after_return"})
 
 
-def define(function: Callable[..., Any], *, base: type[Task[Any, Any]] | None = None, **options: Any) -> Task[Any, Any]:
+def define(
+    function: Callable[..., Any],
+    *,
+    base: type[Task[Any, Any]] | None = None,
+    namer: Callable[[str, str], str] | None = None,
+    **options: Any,
+) -> Task[Any, Any]:
     """The task of ``function``: an instance of a new subclass of ``base`` (``Task`` by default)
-    whose class attributes are ``options``, registered under its name."""
+    whose class attributes are ``options``, registered under its name (``name=``, else
+    ``namer(function name, module)``, else ``module.function``)."""
     if not callable(function) or isinstance(function, Task):
         raise TypeError(f"a task decorator takes a function, not {function!r}")
     base = Task if base is None else base
@@ -706,7 +730,7 @@ def define(function: Callable[..., Any], *, base: type[Task[Any, Any]] | None = 
         "__qualname__": getattr(function, "__qualname__", function.__name__),
         "__doc__": function.__doc__,
         "function": staticmethod(function),
-        "name": options.get("name") or dotted_path(function),
+        "name": options.get("name") or (namer(function.__name__, function.__module__) if namer else dotted_path(function)),
     }
     for option in _TASK_OPTIONS & set(options):
         value = options[option]
@@ -715,7 +739,7 @@ def define(function: Callable[..., Any], *, base: type[Task[Any, Any]] | None = 
         namespace[handler] = options[handler]  # a plain function: bound like a method, as Celery does
     task_class: type[Task[Any, Any]] = type(function.__name__, (base,), namespace)
     task = task_class()
-    task._register(explicit_name=bool(options.get("name")))
+    task._register(explicit_name=bool(options.get("name")) or namer is not None)
     return task
 
 
@@ -725,7 +749,11 @@ class TaskDecorator:
 
     Put tasks in an app's ``tasks.py`` (autodiscovered). Celery options this layer cannot
     honour (``rate_limit``, ``acks_late``, ...) are accepted with a one-time warning; an option
-    Celery does not have either is a TypeError."""
+    Celery does not have either is a TypeError. ``app.task`` names tasks with the app's
+    ``gen_task_name``."""
+
+    def __init__(self, namer: Callable[[str, str], str] | None = None) -> None:
+        self.namer = namer
 
     @overload
     def __call__(self, fun: Callable[Params, Returned], /) -> Task[Params, Returned]: ...
@@ -823,10 +851,10 @@ class TaskDecorator:
     ) -> Callable[[Callable[..., Any]], TaskType]: ...
     def __call__(self, fun: Callable[..., Any] | None = None, **options: Any) -> Any:
         if fun is not None:
-            return define(fun, **options)
+            return define(fun, namer=self.namer, **options)
 
         def decorate(function: Callable[..., Any]) -> Task[Any, Any]:
-            return define(function, **options)
+            return define(function, namer=self.namer, **options)
 
         return decorate
 

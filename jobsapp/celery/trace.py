@@ -9,6 +9,8 @@ thread (``Task.apply``, eager). Touches no Redis key itself.
   limit, as the engine's ``timeout`` raises ``JobTimeout``; the task may catch it and clean up.
   Uncaught, the task fails like any exception (dead set, FAILURE, or a retry by
   ``autoretry_for``). ``time_limit`` is the engine's ``timeout``, mapped to ``TimeLimitExceeded``.
+- ``running``: the tasks running in this thread, innermost last (``task.request`` is per task;
+  this stack serves task loggers, and ``AsyncResult.get`` refusing to block a worker's thread).
 - ``call_handler``: the handlers of a ``base=`` class (``before_start``, ``on_success``,
   ``on_failure``, ``on_retry``, ``after_return``) are called as Celery 5's tracer calls them; a
   handler that raises is logged and changes nothing about the job's fate (``before_start`` is the
@@ -18,6 +20,7 @@ thread (``Task.apply``, eager). Touches no Redis key itself.
 from __future__ import annotations
 
 import logging
+import threading
 import traceback as traceback_module
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +29,21 @@ from .. import timeouts
 from .exceptions import SoftTimeLimitExceeded
 
 logger = logging.getLogger("jobsapp.celery")
+
+
+_running = threading.local()
+
+
+def running() -> list[tuple[Any, Any]]:
+    """(task, request) of the tasks running in this thread, innermost last (the list itself)."""
+    stack: list[tuple[Any, Any]] = _running.__dict__.setdefault("stack", [])
+    return stack
+
+
+def inside_worker_task() -> bool:
+    """Whether this thread is running a task for a worker (not an eager ``apply``)."""
+    stack = running()
+    return bool(stack) and not stack[-1][1].is_eager
 
 
 class ExceptionInfo:
