@@ -36,9 +36,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import keys, scripts
+from . import keys, registry, scripts
 from .connection import CONNECTION_ERRORS, as_text, get_redis, unavailable
 from .payload import new_jid, now
+from .registry import job_template
 
 if TYPE_CHECKING:
     import redis
@@ -62,12 +63,9 @@ def current() -> str | None:
 def _callback(job_class: type[Job] | None, what: str) -> tuple[str, str]:
     """(wire name, queue) of a callback class: its own queue, else ``JOBSAPP["DEFAULT_QUEUE"]`` as
     of the ``Batch(...)`` call (stored in the batch's hash, which ``batch_update.lua`` pushes to)."""
-    from .client import job_template  # client imports this module
-    from .job import Job
-
     if job_class is None:
         return "", ""
-    if not (isinstance(job_class, type) and issubclass(job_class, Job)):
+    if not registry.is_registered_class(job_class):
         raise TypeError(f"{what} must be a Job class, not {job_class!r}")
     template = job_template(job_class)
     return template.wire_name, template.queue

@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -38,6 +37,7 @@ from .connection import CONNECTION_ERRORS, describe, follow_sentinel_master, get
 from .errors import ReplicationTimeout
 from .middleware import client_chain, run_client_chain
 from .payload import Item, check_json_native, compact_json, encode, new_jid, normalize_item, now
+from .registry import JobTemplate, job_template
 
 if TYPE_CHECKING:
     from .job import Job
@@ -46,31 +46,6 @@ if TYPE_CHECKING:
 #: The producer's public surface for layers built on the engine (``tracking``: docs/architecture.md):
 #: they reach these through ``jobsapp.client``, never ``jobsapp.payload`` or ``jobsapp.registry``.
 __all__ = ["Item", "JobTemplate", "check_json_native", "job_template", "new_jid", "push", "push_bulk"]
-
-
-@dataclass(frozen=True, slots=True)
-class JobTemplate:
-    """What every push of one job class carries besides its arguments (what ``Job.set`` starts from)."""
-
-    wire_name: str
-    #: The registered class; None for a name this process does not know (a Ruby worker's class, a
-    #: renamed one): such a job is pushed by name, with no options.
-    job_class: type[Job] | None
-    #: The class's options as they ride in each payload (without ``class_name`` and ``on_commit``).
-    options: Item
-    #: The class's queue, else ``JOBSAPP["DEFAULT_QUEUE"]`` as it is set now.
-    queue: str
-
-
-def job_template(job: type[Job] | str) -> JobTemplate:
-    """The wire name, options and queue of a job class, or of a wire name (looked up among the
-    registered classes; nothing is imported). Read at each call, so settings changes apply."""
-    job_class = job if not isinstance(job, str) else registry.lookup(job) if registry.is_registered(job) else None
-    wire_name = job if isinstance(job, str) else job.wire_name()
-    options: Item = {}
-    if job_class is not None:
-        options = {key: value for key, value in job_class.sidekiq_options_hash.items() if key not in ("class_name", "on_commit")}
-    return JobTemplate(wire_name, job_class, options, str(options.get("queue") or jobs_settings.DEFAULT_QUEUE))
 
 
 #: Set by jobsapp.testing: receives (job_class, item) instead of Redis, returns False for a

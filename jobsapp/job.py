@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, ClassVar, TypeVar
 
+from . import client, payload, registry
 from . import options as option_rules
-from . import registry
 from . import transactions as _transactions
 from .payload import Item
 
@@ -177,15 +177,11 @@ class Setter:
         return _transactions.should_defer(choice)
 
     def _push(self, item: Item) -> str | None:
-        from . import client, transactions
-
         if self._defer():
-            return transactions.defer_push(item, partial(client.push, job_class=self.job_class))
+            return _transactions.defer_push(item, partial(client.push, job_class=self.job_class))
         return client.push(item, job_class=self.job_class)
 
     def _item(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Item:
-        from .payload import now
-
         if self.job_class.__dict__.get("abstract", False):
             # refused before anything is written: no worker would ever run it (it is not registered)
             raise TypeError(
@@ -203,7 +199,7 @@ class Setter:
         if kwargs:
             item["kwargs"] = kwargs
         if wait is not None:
-            item["at"] = _delay_to_epoch(wait, now())
+            item["at"] = _delay_to_epoch(wait, payload.now())
         elif wait_until is not None:
             item["at"] = _epoch(wait_until)
         return item
@@ -212,10 +208,8 @@ class Setter:
         return self._push(self._item(args, kwargs))
 
     def perform_in(self, interval: float | dt.timedelta, *args: Any, **kwargs: Any) -> str | None:
-        from .payload import now
-
         item = self._item(args, kwargs)
-        item["at"] = _delay_to_epoch(interval, now())
+        item["at"] = _delay_to_epoch(interval, payload.now())
         return self._push(item)
 
     def perform_at(self, when: float | dt.datetime, *args: Any, **kwargs: Any) -> str | None:
@@ -224,11 +218,9 @@ class Setter:
         return self._push(item)
 
     def perform_bulk(self, args_list: Iterable[list[Any]], *, batch_size: int = 1000) -> list[str | None]:
-        from . import client, transactions
-
         item = self._item((), {})
         item.pop("args")
         bulk = {**item, "args": list(args_list)}
         if self._defer():
-            return transactions.defer_bulk(bulk, partial(client.push_bulk, batch_size=batch_size, job_class=self.job_class))
+            return _transactions.defer_bulk(bulk, partial(client.push_bulk, batch_size=batch_size, job_class=self.job_class))
         return client.push_bulk(bulk, batch_size=batch_size, job_class=self.job_class)

@@ -9,9 +9,12 @@ hostile ``"os.system"`` is just an unknown name.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .conf import jobs_settings
 from .errors import DuplicateJobName, UnknownJobClass
+from .payload import Item
 
 if TYPE_CHECKING:
     from .job import Job
@@ -56,3 +59,35 @@ def is_registered(name: str) -> bool:
 
 def names() -> list[str]:
     return sorted(_by_name)
+
+
+def is_registered_class(candidate: object) -> bool:
+    """Whether ``candidate`` is a job class registered under its own wire name (a concrete
+    ``Job`` subclass: abstract bases are not registered)."""
+    wire_name = getattr(candidate, "wire_name", None)
+    return isinstance(candidate, type) and callable(wire_name) and _by_name.get(wire_name()) is candidate
+
+
+@dataclass(frozen=True, slots=True)
+class JobTemplate:
+    """What every push of one job class carries besides its arguments (what ``Job.set`` starts from)."""
+
+    wire_name: str
+    #: The registered class; None for a name this process does not know (a Ruby worker's class, a
+    #: renamed one): such a job is pushed by name, with no options.
+    job_class: type[Job] | None
+    #: The class's options as they ride in each payload (without ``class_name`` and ``on_commit``).
+    options: Item
+    #: The class's queue, else ``JOBSAPP["DEFAULT_QUEUE"]`` as it is set now.
+    queue: str
+
+
+def job_template(job: type[Job] | str) -> JobTemplate:
+    """The wire name, options and queue of a job class, or of a wire name (looked up among the
+    registered classes; nothing is imported). Read at each call, so settings changes apply."""
+    job_class = job if not isinstance(job, str) else lookup(job) if is_registered(job) else None
+    wire_name = job if isinstance(job, str) else job.wire_name()
+    options: Item = {}
+    if job_class is not None:
+        options = {key: value for key, value in job_class.sidekiq_options_hash.items() if key not in ("class_name", "on_commit")}
+    return JobTemplate(wire_name, job_class, options, str(options.get("queue") or jobs_settings.DEFAULT_QUEUE))

@@ -40,9 +40,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import keys
+from . import keys, shards
 from .conf import jobs_settings
-from .connection import get_redis
+from .connection import CONNECTION_ERRORS, get_redis, unavailable
+from .error_fields import safe_message
 from .options import RETAIN_KEY, clamped_retain_seconds
 from .options import RETAIN_MAX_SECONDS as RETAIN_MAX_SECONDS
 from .options import retain_seconds as retain_seconds
@@ -153,8 +154,6 @@ def error_record_fields(exception: BaseException | None) -> dict[str, str]:
         exception = reported
     if exception is None:
         return {}
-    from .error_fields import safe_message
-
     kind = type(exception)
     text = "".join(traceback.format_exception(kind, exception, exception.__traceback__))
     return {
@@ -332,9 +331,6 @@ def get(jid: str, *, connection: redis.Redis | None = None) -> JobResult | None:
     """The record of a retained job, or None (never retained, expired, forgotten, or no such jid)."""
     if not isinstance(jid, str) or not jid or len(jid) > 200:
         return None
-    from . import shards
-    from .connection import CONNECTION_ERRORS, unavailable
-
     # The record lives on the shard its job was pushed to: this context's first, then the others.
     current = shards.current()
     clients = (
@@ -352,9 +348,6 @@ def get(jid: str, *, connection: redis.Redis | None = None) -> JobResult | None:
 
 def forget(jid: str) -> bool:
     """Delete a job's record now, on every shard (Celery's ``AsyncResult.forget``); True when there was one."""
-    from . import shards
-    from .connection import CONNECTION_ERRORS, unavailable
-
     deleted = 0
     for name in shards.names():
         try:
