@@ -37,7 +37,9 @@ from a shared machine falls on all columns alike; the table shows medians over `
 ratios to Sidekiq from the same run. Options: ``--jobs``, ``--rounds``, ``--kinds``,
 ``--systems``, ``--configs`` (``PxC`` for every kind), ``--sweep`` (also ``1x20``, and ``4x5`` on the
 ``incr`` job, for Sidekiq and jobsapp's reliable fetch: each system's best split of 20 threads),
-``--latency-seconds``.
+``--latency-seconds``, ``--push-cost`` (us per ``perform_async``, p50 and p99, with and without client
+middleware and inside ``transaction.atomic()``, against Ruby's ``perform_async``), ``--startup``
+(seconds from spawning the workers to the first job done and to full speed, empty jobs waiting).
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ PYTHON_ONLY_KINDS = {"cache-incr", "orm-get"}
 BENCH_DATABASE = Path("/tmp/jobsapp-bench/bench.sqlite3")
 SYSTEMS = {"sidekiq": "Sidekiq 6.4", "reliable": "jobsapp reliable", "basic": "jobsapp --fetch basic"}
 SWEEP_CONFIGS = [(1, 20), (4, 5)]
+#: The window over which start-up's "full speed" is measured.
+STARTUP_WINDOW_SECONDS = 0.2
 #: Sidekiq's own default threads per process (``-c``).
 SIDEKIQ_DEFAULT_THREADS = 10
 SERVED_QUEUE = "bench"
@@ -301,6 +305,80 @@ class Bench:
         self.record("latency enqueue -> start at 200 jobs/s, p50 ms", system, percentile(samples, 0.5))
         self.record("latency enqueue -> start at 200 jobs/s, p99 ms", system, percentile(samples, 0.99))
 
+    def startup(self, system: str, processes: int, threads: int) -> None:
+        """Seconds from spawning the worker commands to the first job done, and to full speed:
+        the first moment the rate over the next ``STARTUP_WINDOW_SECONDS`` reaches 80 % of the
+        rate of the drain's second half (empty jobs already waiting in the queue)."""
+        count = self.options.jobs
+        self.client.flushall()
+        fleet = Fleet(system, processes, threads, self.server.url, self.client)
+        try:
+            self.stage(system, "empty", count)
+            self.release()
+            started = time.perf_counter()
+            fleet.launch()
+            samples: list[tuple[float, int]] = []
+            deadline = time.monotonic() + 60 + count / 200
+            done = 0
+            while done < count and time.monotonic() < deadline:
+                done = fleet.done()
+                samples.append((time.perf_counter() - started, done))
+                time.sleep(0.002)
+        finally:
+            fleet.stop()
+        first = next(moment for moment, value in samples if value > 0)
+        half = next(index for index, (_, value) in enumerate(samples) if value >= count / 2)
+        steady = (samples[-1][1] - samples[half][1]) / max(1e-9, samples[-1][0] - samples[half][0])
+        full = samples[-1][0]
+        ahead = 0
+        for moment, value in samples:
+            while ahead < len(samples) - 1 and samples[ahead][0] < moment + STARTUP_WINDOW_SECONDS:
+                ahead += 1
+            if (samples[ahead][1] - value) / max(1e-9, samples[ahead][0] - moment) >= 0.8 * steady:
+                full = moment
+                break
+        config = config_name(processes, threads)
+        self.record(f"start-up, {config}: spawn -> first job done, s", system, first)
+        self.record(f"start-up, {config}: spawn -> full speed, s", system, full)
+
+    def push_cost(self) -> None:
+        """Microseconds per ``perform_async`` (p50, p99), one at a time as a web request pushes:
+        Ruby's ``perform_async``; ours with the project's client middleware (tracking), without
+        any, and inside ``transaction.atomic()`` (the push runs at commit; the block's own cost,
+        a SQLite BEGIN and COMMIT, is included: it is what the request pays)."""
+        from django.db import transaction
+        from django.test import override_settings
+
+        from bench.jobs import NoopJob
+        from jobsapp.conf import jobs_settings
+
+        count = 5_000
+        self.client.flushall()
+        p50, p99 = (float(value) for value in self.ruby("timed", str(count)).split())
+        self.record("perform_async, us per push, p50", "sidekiq", p50)
+        self.record("perform_async, us per push, p99", "sidekiq", p99)
+        producer = NoopJob.set(queue="enqueue")
+        variants = {
+            "": (jobs_settings.CLIENT_MIDDLEWARE, False),
+            " without client middleware": ([], False),
+            " in atomic(), pushed at commit": (jobs_settings.CLIENT_MIDDLEWARE, True),
+        }
+        for label, (middleware, atomic) in variants.items():
+            self.client.flushall()
+            samples = []
+            with override_settings(JOBSAPP={**settings_jobsapp(), "CLIENT_MIDDLEWARE": list(middleware)}):
+                for index in range(count):
+                    started = time.perf_counter()
+                    if atomic:
+                        with transaction.atomic():
+                            producer.perform_async(index)
+                    else:
+                        producer.perform_async(index)
+                    samples.append((time.perf_counter() - started) * 1e6)
+            self.record(f"perform_async{label}, us per push, p50", "reliable", percentile(samples, 0.5))
+            self.record(f"perform_async{label}, us per push, p99", "reliable", percentile(samples, 0.99))
+        self.client.flushall()
+
     def enqueue(self) -> None:
         from bench.jobs import NoopJob
 
@@ -327,7 +405,14 @@ class Bench:
         for round_number in range(options.rounds):
             print(f"round {round_number + 1}/{options.rounds}, load {os.getloadavg()[0]:.2f}", flush=True)
             self.enqueue()
+            if options.push_cost:
+                self.push_cost()
             systems = options.systems[round_number % len(options.systems) :] + options.systems[: round_number % len(options.systems)]
+            if options.startup:
+                for system in systems:
+                    processes, threads = configs[0]
+                    self.startup(system, processes, threads)
+                    print(f"  start-up {config_name(processes, threads)} {system} done", flush=True)
             for kind in options.kinds:
                 plan = [(processes, threads, systems) for processes, threads in configs]
                 if options.sweep:
@@ -387,6 +472,12 @@ class Bench:
         return statistics.median(values) if values else None
 
 
+def settings_jobsapp() -> dict[str, object]:
+    from django.conf import settings
+
+    return dict(getattr(settings, "JOBSAPP", {}))
+
+
 def config_name(processes: int, threads: int) -> str:
     return "defaults" if processes == 0 else f"{processes}x{threads}"
 
@@ -430,6 +521,8 @@ def main() -> None:
     )
     parser.add_argument("--sweep", action="store_true", help="also 1x20 and 4x5 (Sidekiq and reliable fetch)")
     parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--push-cost", action="store_true", help="also us per perform_async, p50 and p99")
+    parser.add_argument("--startup", action="store_true", help="also seconds from launch to the first job done and to full speed")
     options = parser.parse_args()
     if shutil.which("sidekiq") is None and "sidekiq" in options.systems:
         raise SystemExit("the sidekiq command is not on PATH (Debian: apt-get install ruby-sidekiq)")

@@ -3,6 +3,7 @@
 #   ruby producer.rb stage COUNT CLASS QUEUE ARGS_JSON   push_bulk COUNT jobs (1,000 per call)
 #   ruby producer.rb single COUNT                        prints jobs/s of one Client.push at a time
 #   ruby producer.rb bulk COUNT                          prints jobs/s of push_bulk, 1,000 per call
+#   ruby producer.rb timed COUNT                         prints p50 and p99 microseconds of one NoopJob.perform_async
 #   ruby producer.rb steady RATE SECONDS QUEUE           LatencyProbe at a steady rate, arg = now
 #   ruby producer.rb calibrate MICROSECONDS              prints Bench.spin iterations taking that long
 require "sidekiq"
@@ -36,6 +37,15 @@ when "bulk"
     Sidekiq::Client.push_bulk("class" => "NoopJob", "queue" => "enqueue", "args" => slice.map { |index| [index] })
   end
   puts count / (clock - started)
+when "timed"
+  count = Integer(ARGV[1])
+  samples = Array.new(count) do |index|
+    started = clock
+    NoopJob.perform_async(index)
+    (clock - started) * 1_000_000
+  end
+  samples.sort!
+  puts "#{samples[(0.5 * (count - 1)).round]} #{samples[(0.99 * (count - 1)).round]}"
 when "steady"
   rate = Float(ARGV[1])
   total = (rate * Float(ARGV[2])).to_i
