@@ -2,7 +2,8 @@
 
 Runs in the caller's thread through ``jobsapp.api``: the job is found wherever it waits (its
 queue, the schedule set, the retry set) and deleted by its raw bytes (atomic, so a worker that
-fetched it first simply runs it), and its result says REVOKED. A running task is not stopped
+fetched it first simply runs it), its features hear that it ended (``jobsapp.ending``: its unique
+lock released, its batch counting it failed), and its result says REVOKED. A running task is not stopped
 (``terminate`` is not supported and warns once); a finished one is left as it is.
 """
 
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import api, result_writer, results
+from .. import api, ending, result_writer, results
+from ..connection import get_redis
+from ..ending import Fate
 from .exceptions import TaskRevokedError
 from .options import warn_unsupported
 
@@ -47,5 +50,6 @@ def revoke(task_id: str | list[str], *, terminate: bool = False, **options: Any)
             deleted = False
         if deleted:
             removed += 1
+            ending.finish(get_redis(), location.record.item, Fate.REVOKED, reason="revoked")  # its unique lock, batch...
             mark_revoked(each)
     return removed

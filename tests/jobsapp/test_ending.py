@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from jobsapp import Job, client, ending, keys, recovery, results
+from jobsapp import Job, celery, client, ending, keys, recovery, results
 from jobsapp.batch import Batch, BatchStatus
 from jobsapp.connection import get_redis
 from jobsapp.errors import NoRetryError
@@ -144,7 +144,15 @@ def malformed_in_recovery(redis):
 
 
 PATHS = [succeeded, no_retry, retried, dead, discarded, hard_limit, expired, unknown_class, hostile_class_name, parked, poison]
-PATHS += [malformed_in_recovery]
+
+
+def revoked(redis):
+    jid, batch = _pushed("succeed")
+    assert celery.revoke(jid) == 1
+    return jid, batch
+
+
+PATHS += [malformed_in_recovery, revoked]
 #: The paths after which the job runs again (everything else is final).
 RUNS_AGAIN = {retried}
 #: The paths a batch counts as a success.
