@@ -8,8 +8,11 @@ both enqueue. It lives ``unique_for`` seconds (counted from the run-at time for 
 and is released by the worker, only if the same jid still holds it (``unique_release.lua``):
 
 - ``unique_until="start"``: when the job starts, before ``perform``;
-- ``unique_until="success"`` (the default): when it succeeds, or when it fails for good (dead,
-  discarded, or ``NoRetryError``). Through retries the lock stays, until it expires.
+- ``unique_until="success"`` (the default): when it succeeds. Through retries the lock stays,
+  until it expires;
+- either way, when the job is done for good without that (dead, discarded, ``NoRetryError``,
+  expired, revoked, an unknown class, poison): the "job ended" door (``jobsapp.ending``) calls
+  ``release`` for every fate but a retry.
 
 The payload carries ``unique_digest`` (the lock's name) so a worker releases exactly the lock
 the push took, whatever queue a retry uses. Jobs without ``unique_for`` never reach this module:
