@@ -126,3 +126,11 @@ def runs_past_time_limit():
 def logs(self, message):
     logger.info("logged %s", message)
     return self.request.id
+
+
+@shared_task(bind=True, use_task_event=True)
+def tracked_progress(self, total):
+    """A tracked task reporting its progress with update_state."""
+    for current in range(1, total + 1):
+        self.update_state(state="PROGRESS", meta={"current": current, "total": total})
+    return total

@@ -195,3 +195,27 @@ def test_beat_schedule_ticks_once_per_second_however_many_workers(redis_server, 
         elapsed = time.monotonic() - started
         # Then each tick ran once: never more runs than seconds elapsed (plus the tick in progress)
         assert redis.llen("celery-sample:ticks") <= elapsed + 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_update_state_of_a_tracked_task_moves_its_progress(settings, redis):
+    from jobsapp import middleware
+    from tests.tracking.conftest import CLIENT, SERVER, pop_item, run_item
+    from tracking.models import Event
+    from tracking.writer import stop_writer
+
+    # Given a tracked Celery task (use_task_event=True), pushed with tracking's middleware
+    settings.JOBSAPP = {**settings.JOBSAPP, "CLIENT_MIDDLEWARE": [CLIENT], "SERVER_MIDDLEWARE": [SERVER]}
+    middleware.reset_chains()
+    try:
+        result = sample.tracked_progress.delay(3)
+        # When it runs and reports PROGRESS with current/total
+        assert run_item(pop_item(redis)) == 3
+        stop_writer()
+        # Then its event carries each step's fraction, as the progress page reads them
+        messages = Event.objects.get(job_id=result.id).messages
+        reported = [(entry["message"], entry["done"], entry["total"]) for entry in messages if "done" in entry]
+        assert reported == [("PROGRESS: 1 of 3", 1, 3), ("PROGRESS: 2 of 3", 2, 3), ("PROGRESS: 3 of 3", 3, 3)]
+    finally:
+        middleware.reset_chains()
+        stop_writer()
