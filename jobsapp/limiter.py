@@ -140,7 +140,18 @@ def _name(name: object) -> str:
 
 # --- who holds a permit ------------------------------------------------------------------
 
-_process_owner: tuple[int, str] = (0, "")
+#: This process's identity for permits (see ``owner``), and the owner of each in-flight key seen;
+#: both forgotten in a forked child, which is another process.
+_process_owner: list[str] = []
+_owners: dict[str, str] = {}
+
+
+def _forget_owners() -> None:
+    _process_owner.clear()
+    _owners.clear()
+
+
+os.register_at_fork(after_in_child=_forget_owners)
 
 
 def owner(inflight_key: str) -> str:
@@ -149,17 +160,18 @@ def owner(inflight_key: str) -> str:
     recovery) the first time one is given, else one made up per process (basic fetch, code
     outside a worker). Permits taken outside a job (a thread the job started) count as the
     process's too."""
-    global _process_owner
+    identity = _owners.get(inflight_key)
+    if identity is not None:
+        return identity
     prefix = keys.inflight("")
-    pid = os.getpid()
     if inflight_key.startswith(prefix) and len(inflight_key) > len(prefix):
         identity = inflight_key[len(prefix) :]
-        if _process_owner != (pid, identity):
-            _process_owner = (pid, identity)
+        _process_owner[:] = [identity]
+        _owners[inflight_key] = identity
         return identity
-    if _process_owner[0] != pid:
-        _process_owner = (pid, f"{socket.gethostname()}:{pid}:{os.urandom(6).hex()}")
-    return _process_owner[1]
+    if not _process_owner:
+        _process_owner.append(f"{socket.gethostname()}:{os.getpid()}:{os.urandom(6).hex()}")
+    return _process_owner[0]
 
 
 class Holder:

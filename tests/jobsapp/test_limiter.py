@@ -364,3 +364,30 @@ def test_a_job_refused_by_a_rate_limiter_comes_back_when_the_window_has_room(red
     # Then it is rescheduled for when the window has room (within a second), plus a small jitter
     ((_, run_at),) = redis.zrange("schedule", 0, -1, withscores=True)
     assert refused_at < run_at <= refused_at + 1.0 + limiter.RATE_JITTER_SECONDS + 0.1
+
+
+def test_a_slot_granted_after_its_job_ended_is_given_back_at_once(redis):
+    import contextvars
+    import threading
+
+    # Given a job whose limiter entry runs on in another thread after the job ended (as
+    # ``async with`` waiting in ``asyncio.to_thread`` does when its job is cancelled at its timeout)
+    slots = limiter.concurrent("late", 1, wait_timeout=0, lock_timeout=600)
+    outcome = []
+
+    def enter_late():
+        try:
+            slots.acquire()
+            outcome.append("granted")
+        except limiter.OverLimit:
+            outcome.append("refused")
+
+    late = []
+    limiter.holding(
+        OWNER_INFLIGHT, "jid-late", lambda: late.append(threading.Thread(target=contextvars.copy_context().run, args=(enter_late,)))
+    )()
+    # When the entry reaches Redis after the job's end
+    late[0].start()
+    late[0].join()
+    # Then the slot it was granted is given back at once, not held for the lock timeout
+    assert outcome == ["refused"] and _holders(redis, "late") == []
