@@ -13,8 +13,9 @@ A follow-up that cannot be pushed because of what it is (its arguments exceed
 ``MAX_PAYLOAD_BYTES``, a value JSON cannot carry) is recorded FAILED with the reason, through its
 result, and the task that succeeded stays SUCCESS. A step naming a task this process does not
 define is pushed by name (``canvas.push_by_name``): a worker that defines it runs it, one that
-does not files it as an unknown class. A Redis error while pushing propagates: the job is retried
-(the task may run again; what it already pushed is pushed again, with the same ids).
+does not files it as an unknown class. A Redis error while pushing retries the job without
+running the task's function again (``SUCCEEDED_KEY`` carries its value): what was already pushed
+is pushed again with the same ids, and a chord part already recorded is not recorded twice.
 
 On failure for good (``failed``): the later steps of its chain and its chord's callback are
 recorded FAILED (``ChordError`` for the callback, whose errbacks are then called), and the task's
@@ -32,9 +33,11 @@ import traceback as traceback_module
 from collections.abc import Sequence
 from typing import Any
 
+import redis
+
 from .. import faults, keys, result_writer, results, scripts
 from ..connection import get_redis
-from ..errors import PayloadTooLarge
+from ..errors import PayloadTooLarge, RedisUnavailable
 from ..job import Job, sidekiq_options
 from ..payload import Item, compact_json, encode, normalize_item, now
 from .canvas import (
@@ -51,12 +54,17 @@ from .canvas import (
     push_step,
     result_ids,
 )
-from .exceptions import ChordError
+from .exceptions import ChordError, Retry
 
 logger = logging.getLogger(__name__)
 
 #: The wire name of the job that applies a completed chord's callback (Celery's own task name).
 CHORD_UNLOCK = "celery.chord_unlock"
+
+#: Payload extra of a task whose function returned but whose follow-ups could not all be pushed.
+SUCCEEDED_KEY = "celery_succeeded"
+#: Seconds before a job whose follow-ups met a Redis error tries them again.
+FOLLOW_UP_RETRY_SECONDS = 1.0
 
 #: Errors that make a follow-up impossible to push whatever happens next: recorded, not retried.
 UNPUSHABLE = (PayloadTooLarge, TypeError, ValueError, NotImplementedError)
@@ -89,7 +97,26 @@ def push_follow_up(step: dict[str, Any], prepend: Sequence[Any], *, rest: Sequen
 
 
 def succeeded(jid: str, item: Item, value: Any) -> None:
-    """Push what follows a task that returned ``value``."""
+    """Push what follows a task that returned ``value``. A Redis error (down, timed out, refusing
+    writes) raises ``Retry``: the job is retried, but its function does not run again; the next
+    run pushes the follow-ups with the same ``value`` (``resumed``), and what was pushed already
+    is pushed again with the same ids (a chord part is never recorded twice)."""
+    try:
+        _push_follow_ups(jid, item, value)
+    except (redis.RedisError, RedisUnavailable) as exc:
+        item[SUCCEEDED_KEY] = {"value": value}  # rides in the retried payload
+        raise Retry(exc=exc, countdown=FOLLOW_UP_RETRY_SECONDS) from exc
+
+
+def resumed(item: Item) -> tuple[bool, Any]:
+    """``(True, value)`` when this run only has to push what follows a value already returned."""
+    previous = item.get(SUCCEEDED_KEY)
+    if isinstance(previous, dict) and "value" in previous:
+        return True, previous["value"]
+    return False, None
+
+
+def _push_follow_ups(jid: str, item: Item, value: Any) -> None:
     links = item.get(LINK_KEY)
     for callback in links if isinstance(links, list) else []:
         if isinstance(callback, dict):

@@ -602,8 +602,9 @@ class Task(Generic[Params, Returned]):
 
     def _execute(self, job: FunctionJob, args: list[Any], kwargs: dict[str, Any]) -> Any:
         item = job.item
+        done, previous_value = follow_up.resumed(item)
         expires_at = item.get(EXPIRES_KEY)
-        if isinstance(expires_at, (int, float)) and now() > expires_at:
+        if not done and isinstance(expires_at, (int, float)) and now() > expires_at:
             error = TaskRevokedError(f"{self.name}[{job.jid}] expired before it started")
             self._fail_dependents(item, error)
             raise error
@@ -628,6 +629,10 @@ class Task(Generic[Params, Returned]):
         )
         if retry_count is not None and request.retain_seconds:  # a state reported by the previous attempt is not this one's
             result_writer.write_fields(job.jid, {results.CUSTOM_STATE_FIELD: ""}, retain_seconds=request.retain_seconds)
+        if done:  # the function returned on an earlier run; only what follows it is left to push
+            self._follow_up(job.jid, item, previous_value)
+            self._succeeded(request, previous_value)
+            return previous_value
         with _requesting(self, request):
             try:
                 value = self._attempt(request, args, kwargs, soft_seconds=soft_seconds, async_timeout=timeout)
@@ -657,7 +662,7 @@ class Task(Generic[Params, Returned]):
 
     def _follow_up(self, jid: str, item: Item, value: Any) -> None:
         """Push the link callbacks and the next chain step with ``value``; record a chord part
-        (``jobsapp.celery.follow_up``)."""
+        (``jobsapp.celery.follow_up``); ``Retry`` on a Redis error (the function is not run again)."""
         follow_up.succeeded(jid, item, value)
 
     @staticmethod

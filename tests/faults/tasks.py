@@ -4,6 +4,9 @@ the ledger Redis (``CALLBACK_RUNS``), so a scenario can tell zero, one or two ru
 
 from __future__ import annotations
 
+import os
+import signal
+
 from jobsapp.celery import shared_task
 from tests.faults.jobs import ledger_client
 
@@ -14,6 +17,14 @@ CALLBACK_RUNS = "ledger:chord-callback-runs"
 def chord_part(index: int, size_bytes: int) -> str:
     """A header task whose value is ``size_bytes`` characters."""
     return str(index % 10) * size_bytes
+
+
+@shared_task
+def chord_part_freezing_redis(index: int, redis_pid: int) -> str:
+    """A header task that freezes Redis (SIGSTOP) as it returns: what follows it (recording the
+    part, pushing the callback) meets a Redis that does not answer until the scenario wakes it."""
+    os.kill(redis_pid, signal.SIGSTOP)
+    return str(index)
 
 
 @shared_task

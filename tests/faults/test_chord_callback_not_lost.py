@@ -9,15 +9,18 @@ and a new worker takes its place, Then the callback runs exactly once with every
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
 
-from jobsapp import faults
+from jobsapp import connection, faults
 from jobsapp.celery import chord
 from jobsapp.errors import PayloadTooLarge
 from tests.faults.conftest import FAST_LIVENESS
-from tests.faults.tasks import CALLBACK_RUNS, chord_part, chord_sizes
+from tests.faults.tasks import CALLBACK_RUNS, chord_part, chord_part_freezing_redis, chord_sizes
+from tests.redis_server import RedisServer
 from tests.workers import wait_until
 
 pytestmark = pytest.mark.slow
@@ -69,3 +72,42 @@ def test_a_worker_dying_after_the_last_part_cannot_lose_the_callback(redis, ledg
     replacement.stop()
     assert int(ledger.hget(CALLBACK_RUNS, "killed")) == 1
     measure("chord os._exit after the last part", callback_runs=1, seconds_to_callback=seconds)
+
+
+def test_a_redis_freeze_while_the_last_part_is_recorded_retries_the_follow_up_not_the_task(
+    redis_server, ledger, start_worker, measure, settings
+):
+    server = RedisServer().start()
+    try:
+        redis = server.client()
+        settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": server.url}
+        connection.reset()
+        # Given a chord whose last header task freezes Redis as it returns, run by a worker with
+        # a 1 s socket timeout (so recording the part times out; Redis runs the script on waking)
+        worker = start_worker(["-c", "1"], overrides={**FAST_LIVENESS, "REDIS_SOCKET_TIMEOUT_SECONDS": 1.0}, redis_url=server.url)
+        header = [chord_part.s(0, 1), chord_part.s(1, 1), chord_part_freezing_redis.s(2, server.process.pid)]
+        result = chord(header, chord_sizes.s("frozen")).apply_async()
+        # When Redis freezes there for 3 s
+        wait_until(lambda: _stopped(server.process.pid), timeout_seconds=30, message="the last part froze Redis")
+        time.sleep(3)
+        os.kill(server.process.pid, signal.SIGCONT)
+        # Then the callback runs once with every value, and the header task is SUCCESS (its
+        # function ran once: the follow-up was retried, not the task), nothing is dead
+        assert result.get(timeout=READY_SECONDS, interval=0.1) == [1, 1, 1]
+        last = result.parent.results[-1]
+        wait_until(lambda: last.state == "SUCCESS", timeout_seconds=READY_SECONDS, message="the last part is SUCCESS")
+        assert last.get(timeout=1) == "2"
+        time.sleep(1)  # a second push of the callback, if any, would have run by now
+        worker.stop()
+        assert int(ledger.hget(CALLBACK_RUNS, "frozen")) == 1
+        assert redis.zcard("dead") == 0
+        measure("chord Redis frozen at the last part", callback_runs=1)
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+        server.stop()
+        connection.reset()
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
