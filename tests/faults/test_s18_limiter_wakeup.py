@@ -69,4 +69,4 @@ def test_jobs_refused_by_a_rate_limiter_come_back_when_the_window_has_room(redis
     ideal = (WINDOW_JOBS / 4 - 1) * 2.0
     measure("18 window 4 per 2 s", jobs=WINDOW_JOBS, seconds_first_to_last=round(span, 1), ideal=ideal, refused=reschedules)
     assert all(admitted[index + 4] - admitted[index] >= 2.0 for index in range(len(admitted) - 4)), "never more than 4 in 2 s"
-    assert span <= ideal + 2.5
+    assert span <= ideal + 4.0  # four hand-overs, each late by at most a jitter and a scheduler poll
