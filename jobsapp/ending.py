@@ -117,7 +117,7 @@ def _record_result(client: redis.Redis, item: Item, ending: Ending) -> None:
             run_at=ending.run_at if ending.run_at is not None else ending.finished_at,
         )
     else:
-        recorder.on_dead(item, ending.failure(), reason=ending.reason or ending.fate)
+        recorder.on_dead(item, ending.error, reason=ending.reason or ending.fate)  # expired, revoked: no error to show
 
 
 def _record_periodic(client: redis.Redis, item: Item, ending: Ending) -> None:
