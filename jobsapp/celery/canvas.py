@@ -278,14 +278,6 @@ class Signature(dict[str, Any], Generic[Returned]):
         clone = self.clone(args, kwargs, **options)
         _freeze_all(clone)
         result = _result_for(clone, None)
-        if not clone.subtask_type and isinstance(result, AsyncResult):
-            ignored = clone.options.get("ignore_result")
-            if ignored is None:
-                try:
-                    ignored = lookup_task(clone.task).ignore_result
-                except KeyError:  # not defined here: its result is stored
-                    ignored = False
-            result.ignored = bool(ignored)
         push_step(clone, [], rest=[])
         return result  # type: ignore[return-value]  # a task's result is an AsyncResult
 
@@ -384,7 +376,19 @@ def _result_for(step: dict[str, Any], parent: ResultBase | None) -> ResultBase:
         return GroupResult(options["group_id"], [AsyncResult(each) for each in options["chunk_ids"]], parent=parent)
     task_result: AsyncResult[Any] = AsyncResult(options["task_id"], task_name=step.get("task"), parent=parent)
     task_result._children = [_result_for(each, None) for each in _list_option(options.get("link"))]
+    task_result.ignored = _ignores_result(step)
     return task_result
+
+
+def _ignores_result(step: dict[str, Any]) -> bool:
+    """Whether a task's result is not stored (``get()`` then returns None at once, as Celery's)."""
+    ignored = (step.get("options") or {}).get("ignore_result")
+    if ignored is None:
+        try:
+            ignored = getattr(lookup_task(str(step.get("task"))), "ignore_result", False)
+        except KeyError:  # not defined here: its result is stored
+            ignored = False
+    return bool(ignored)
 
 
 def result_ids(step: dict[str, Any]) -> list[str]:

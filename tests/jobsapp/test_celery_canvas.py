@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobsapp.celery import AsyncResult, GroupResult, Signature, TaskFailure, chain
+from jobsapp.celery import AsyncResult, GroupResult, Signature, TaskFailure, chain, group
 from tests.conformance.celery.tasks import add, error_handler, exits, mul, old_style_errback, raising_task
 from tests.workers import WorkerProcess, wait_until
 
@@ -110,3 +110,13 @@ def test_a_chain_applied_with_link_calls_it_with_the_last_value():
     # Then the callback gets the chain's value
     assert result.get(timeout=TIMEOUT) == 4
     assert result.children[0].get(timeout=TIMEOUT) == 40
+
+
+def test_results_a_canvas_does_not_store_are_none_at_once():
+    # Given a group and a chain whose tasks ignore their results
+    grouped = group(add.s(1, 1).set(ignore_result=True), add.s(2, 2)).apply_async()
+    chained = (add.s(1, 1) | add.s(1).set(ignore_result=True)).apply_async()
+    # Then get() returns None for them at once (Celery's ignored result), never waits for ever
+    assert grouped.get(timeout=TIMEOUT) == [None, 4]
+    assert chained.get(timeout=1) is None
+    assert chained.parent.get(timeout=TIMEOUT) == 2
