@@ -21,6 +21,7 @@ from . import builtin_tasks as builtin_tasks  # registers celery.map and celery.
 from .app import Celery
 from .canvas import Signature, chain, chord, chunks, group, maybe_signature, signature, subtask, xmap, xstarmap
 from .control import revoke
+from .decorators import shared_task, task
 from .exceptions import (
     ChordError,
     Ignore,
@@ -34,7 +35,7 @@ from .exceptions import (
     TimeoutError,
 )
 from .result import AsyncResult, EagerResult, GroupResult
-from .task import Context, NotRegistered, Task, shared_task, task
+from .task import Context, NotRegistered, Task
 
 __all__ = [
     "AsyncResult",

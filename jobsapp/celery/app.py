@@ -21,11 +21,12 @@ from typing import Any
 from .. import client
 from . import task as task  # ``from celery.app import task`` (the module), as the tasks guide imports it
 from .control import revoke
+from .decorators import TaskDecorator, shared_task
 from .options import check_options, warn_unsupported
 from .result import AsyncResult
 from .result import AsyncResult as _AsyncResult  # the class, where a method named AsyncResult shadows it
 from .schedules import declare_beat_schedule
-from .task import ENGINE_RETRY_LIMIT, EXPIRES_KEY, RESULT_EXPIRES_SECONDS, TaskDecorator, _epoch, _jsonable, _tasks, shared_task
+from .task import ENGINE_RETRY_LIMIT, EXPIRES_KEY, RESULT_EXPIRES_SECONDS, _epoch, _jsonable, _tasks
 from .task import Task as _Task  # the class, where an attribute named Task shadows it
 
 #: The ``app.conf`` settings that change what runs (the others are kept, unused).

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from .canvas import lookup_task
-from .task import Task, shared_task
+from .decorators import shared_task
+from .task import Task
 
 
 def celery_map(task: dict[str, Any], it: list[Any]) -> list[Any]:
