@@ -24,9 +24,13 @@ its jobs adds a row to ``HOOKS`` and touches nothing else in the engine. The doo
 twice for one jid (at-least-once delivery: a job re-run after a crash that came between its
 outcome and its ack): every hook is idempotent per jid.
 
+A job put back on its queue unfinished (shutdown, a dead process's recovery, a full limiter) has
+not ended: ``put_back`` records a retained job as queued again and tells server middleware
+(``on_requeue``). The producing side's counterpart of this door is ``jobsapp.options``.
+
 Runs in the thread that settled the fate (a processor thread, an async lane thread, the
-sweeper). A hook that fails is logged and the next one runs: the job's fate is already filed,
-and its bookkeeping never changes it.
+sweeper, the manager at shutdown, the caller of ``revoke``). A hook that fails is logged and the
+next one runs: the job's fate is already filed, and its bookkeeping never changes it.
 """
 
 from __future__ import annotations
