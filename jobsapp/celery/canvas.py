@@ -31,7 +31,7 @@ import secrets
 from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
-from .. import client
+from .. import client, registry
 from ..payload import now
 from .options import check_options
 from .result import AsyncResult, GroupResult, ResultBase
@@ -290,11 +290,18 @@ class Signature(dict[str, Any], Generic[Returned]):
         return lookup_task(clone.task)(*clone.args, **clone.kwargs)
 
 
-def lookup_task(name: str) -> Any:
-    """The task defined under ``name`` in this process (``NotRegistered``, a KeyError, if none)."""
-    from .task import lookup  # task.py builds on this module: looked up at call time
+class NotRegistered(KeyError):
+    """A signature names a task this process has not defined: nothing is pushed."""
 
-    return lookup(name)
+
+def lookup_task(name: str) -> Any:
+    """The Celery-style task defined under ``name`` in this process (its job class carries it);
+    ``NotRegistered`` if none."""
+    job_class = registry.lookup(name) if registry.is_registered(name) else None
+    task = getattr(job_class, "task", None)
+    if task is None:
+        raise NotRegistered(f"no Celery-style task named {name!r} is defined in this process")
+    return task
 
 
 def from_dict(data: dict[str, Any]) -> Signature[Any]:
@@ -386,7 +393,7 @@ def _ignores_result(step: dict[str, Any]) -> bool:
     if ignored is None:
         try:
             ignored = getattr(lookup_task(str(step.get("task"))), "ignore_result", False)
-        except KeyError:  # not defined here: its result is stored
+        except NotRegistered:  # not defined here: its result is stored
             ignored = False
     return bool(ignored)
 
@@ -450,7 +457,7 @@ def _push_task(step: dict[str, Any], prepend: Sequence[Any], *, rest: Sequence[d
     args = list(signature_step.args) if signature_step.immutable or not prepend else [*prepend, *signature_step.args]
     try:
         task = lookup_task(signature_step.task)
-    except KeyError:  # NotRegistered: not defined here (a rolling deploy); pushed by name below
+    except NotRegistered:  # not defined here (a rolling deploy): pushed by name below
         task = None
     push_options: dict[str, Any] = {
         "task_id": options.get("task_id"),

@@ -47,6 +47,7 @@ from .canvas import (
     ERRBACK_KEY,
     LINK_KEY,
     RESULT_EXPIRES_SECONDS,
+    NotRegistered,
     Signature,
     from_dict,
     lookup_task,
@@ -103,7 +104,7 @@ def succeeded(jid: str, item: Item, value: Any) -> None:
     is pushed again with the same ids (a chord part is never recorded twice)."""
     try:
         _push_follow_ups(jid, item, value)
-    except (redis.RedisError, RedisUnavailable) as exc:
+    except (redis.RedisError, RedisUnavailable) as exc:  # the job is retried; its function does not run again
         item[SUCCEEDED_KEY] = {"value": value}  # rides in the retried payload
         raise Retry(exc=exc, countdown=FOLLOW_UP_RETRY_SECONDS) from exc
 
@@ -236,7 +237,7 @@ def call_errbacks(errbacks: list[Any], task_id: str, exception: BaseException, *
         errback: Signature[Any] = from_dict(dict(raw))
         try:
             task = lookup_task(errback.task)
-        except KeyError:  # NotRegistered here: pushed as a task for a worker that has it
+        except NotRegistered:  # not defined here: pushed as a task for a worker that has it
             task = None
         if task is not None and _takes_request(task):
             try:

@@ -56,6 +56,7 @@ from .canvas import (
     HEADERS_KEY,
     LINK_KEY,
     RESULT_EXPIRES_SECONDS,
+    NotRegistered,
     Signature,
     _epoch,
     _jsonable,
@@ -87,10 +88,6 @@ SOFT_TIME_LIMIT_KEY = "celery_soft_time_limit"  # seconds; the hard one is the e
 
 _tasks_lock = threading.Lock()
 _tasks: dict[str, Task[Any, Any]] = {}
-
-
-class NotRegistered(KeyError):
-    """A signature names a task this process has not defined: nothing is pushed."""
 
 
 def lookup(name: str) -> Task[Any, Any]:
