@@ -133,6 +133,9 @@ def test_the_tasks_guide_on_a_real_worker(redis_server, redis):
                 rejected.get(timeout=TIMEOUT)
             assert rejected.failed()
         assert guide.render_scene.delay("small.scene").get(timeout=TIMEOUT) is None
+        # its last branch, self.retry(exc, countdown=10), passes exc as retry's args: refused loudly
+        with pytest.raises(TypeError, match="args/kwargs cannot change"):
+            guide.render_scene.delay("broken.scene").get(timeout=TIMEOUT)
         assert guide.requeues.delay().get(timeout=TIMEOUT) is None
         wait_until(lambda: "received two times" in worker.output, timeout_seconds=TIMEOUT)
         # Custom task classes: the base's cached attribute is made once per worker process
@@ -158,4 +161,4 @@ def test_the_tasks_guide_on_a_real_worker(redis_server, redis):
             guide.update_page_info.delay("example.com").get(timeout=TIMEOUT)
         assert guide.update_page_info_2.delay("example.com").get(timeout=TIMEOUT) == "<html>example.com</html>"
     dead_classes = [json.loads(raw)["class"] for raw in redis.zrange("dead", 0, -1)]
-    assert dead_classes.count(guide.render_scene.name) == 2
+    assert dead_classes.count(guide.render_scene.name) == 3  # two rejected, one refused retry

@@ -276,12 +276,14 @@ def get_file(path):  # given
     return path
 
 
-class _Renderer:  # given: a renderer that runs out of memory on "huge" scenes
+class _Renderer:  # given: a renderer that runs out of memory on "huge" scenes, fails on "broken" ones
     def render_scene(self, file):
         if "huge" in file:
             raise MemoryError()
         if "nomem" in file:
             raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        if "broken" in file:
+            raise ValueError("broken scene")
         _note("rendered", file)
 
 
