@@ -21,8 +21,7 @@ from django.conf import settings
 from django.core import checks
 from django.urls import NoReverseMatch, reverse
 
-from jobsapp.checks import settings_problems
-from jobsapp.conf import jobs_settings
+from jobsapp import jobs_settings, settings_problems
 
 from .conf import DEFAULTS
 

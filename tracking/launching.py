@@ -46,23 +46,20 @@ from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jobsapp import RedisUnavailable, client
+from jobsapp import Job, RedisUnavailable, client
 from jobsapp.client import Item, check_json_native, new_jid
 
 from . import recorder
 from .models import Event, Task, TaskCounter
 from .recorder import ENQUEUE_SHARD, RecordedJob
 from .transitions import DEAD, ERROR, REOPENED, Change, Transition
-
-if TYPE_CHECKING:
-    from jobsapp import Job
 
 logger = logging.getLogger("tracking.launching")
 
@@ -316,8 +313,6 @@ def launch(
 
 
 def _callback_name(job_class: type[Job] | None, what: str) -> str:
-    from jobsapp import Job
-
     if job_class is None:
         return ""
     if not (isinstance(job_class, type) and issubclass(job_class, Job)):

@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError
 from django.utils import timezone
 
-from jobsapp import ClientMiddleware, NoRetryError, ServerMiddleware
+from jobsapp import ClientMiddleware, DeadReason, NoRetryError, ServerMiddleware
 from jobsapp.client import Item
-from jobsapp.outcomes import DeadReason
 
 from . import recorder
 from .launching import recorded_jid_for
@@ -46,7 +45,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("tracking.middleware")
 
 
-#: on_dead reasons (``jobsapp.outcomes.DeadReason``, every one), as the event's last message says them.
+#: on_dead reasons (``jobsapp.DeadReason``, every one), as the event's last message says them.
 DEAD_REASONS: dict[str, str] = {
     DeadReason.RETRIES_EXHAUSTED: "retries exhausted",
     DeadReason.KILLED: "sent to the dead set by the job's retry policy",

@@ -30,7 +30,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 
-from jobsapp.dashboard.access import to_login
+from jobsapp.login import to_login
 
 from .conf import tracking_settings
 from .models import Event, EventStatus, Task, reported_fraction
@@ -196,7 +196,7 @@ class EventViewSet(mixins.RetrieveModelMixin, viewsets.GenericViewSet):
 
 def task_page(request: HttpRequest, task_id: str) -> HttpResponse:
     """The progress page: HTML that polls the API; 404 unless the task is the caller's.
-    Anonymous visitors go to a login page that exists (``jobsapp.dashboard.access.login_url``)."""
+    Anonymous visitors go to a login page that exists (``jobsapp.login.login_url``)."""
     if not request.user.is_authenticated:
         return to_login(request)
     if not plausible_id(task_id) or not Task.objects.filter(visible_tasks(request.user), pk=task_id).exists():

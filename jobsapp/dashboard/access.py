@@ -1,7 +1,7 @@
 """Who may see the dashboard, and what a visitor sees when Redis is down.
 
 ``staff_view`` wraps every dashboard view: an anonymous visitor is redirected to a login page that
-exists (``login_url()``: ``settings.LOGIN_URL`` when the project set it, else the admin's login),
+exists (``jobsapp.login``: ``settings.LOGIN_URL`` when the project set it, else the admin's login),
 a signed-in user who is not ``is_staff`` gets 403, and a ``RedisUnavailable`` raised anywhere in
 the view becomes a 503 page (JSON for the polling endpoint), never a 500. Mutations are separate
 POST-only views; Django's CSRF middleware checks their tokens before the view runs.
@@ -16,15 +16,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import global_settings, settings
-from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.template.response import TemplateResponse
-from django.urls import NoReverseMatch, reverse
 
 from .. import shards
 from ..errors import RedisUnavailable, UnknownShard
+from ..login import to_login
 
 logger = logging.getLogger("jobsapp.dashboard")
 
@@ -32,23 +30,6 @@ View = Callable[..., HttpResponse]
 
 #: Where the dashboard remembers the shard picked with ?shard=NAME.
 SHARD_SESSION_KEY = "jobsapp_shard"
-
-
-def login_url() -> str:
-    """Where to send an anonymous visitor: the project's ``LOGIN_URL`` when it set one, else the
-    admin's login (Django's default ``/accounts/login/`` is a 404 in a fresh project)."""
-    configured = str(settings.LOGIN_URL)
-    if configured != global_settings.LOGIN_URL:
-        return configured
-    try:
-        return reverse("admin:login")
-    except NoReverseMatch:  # no admin URLs: Django's default it is
-        return configured
-
-
-def to_login(request: HttpRequest) -> HttpResponse:
-    """The redirect to ``login_url()``, coming back to this page afterwards."""
-    return redirect_to_login(request.get_full_path(), login_url())
 
 
 def unavailable_response(request: HttpRequest, error: RedisUnavailable, *, as_json: bool = False) -> HttpResponse:
