@@ -81,7 +81,11 @@ class Ticket:
 
 
 class Writer:
-    """Applies submitted changes in batches from one thread; shared by all threads of a process."""
+    """Applies submitted changes in batches from one thread; shared by all threads of a process.
+    Its lifecycle is the engine components': ``start()``, ``quiet()``, ``stop(deadline)``."""
+
+    #: The longest stop() waits for the thread to write what is queued.
+    join_seconds = 10.0
 
     def __init__(self, *, shard: int | None = None) -> None:
         shards = max(2, int(tracking_settings.COUNTER_SHARDS))
@@ -159,13 +163,19 @@ class Writer:
     def quiet(self) -> None:
         """Nothing to quiet: submissions are accepted until ``stop``."""
 
-    def stop(self, deadline_seconds: float = 10.0) -> None:
-        """Write what is queued (for up to ``deadline_seconds``), then end the thread."""
+    def stop(self, deadline: float | None = None) -> None:
+        """Write what is queued, then end the thread: the engine's ``stop(deadline)``
+        (``jobsapp.component``). Joins the thread until ``deadline`` (a ``time.monotonic()``
+        time), at most ``join_seconds``; a thread still writing then is a daemon that finishes its
+        batch on its own or dies with the process (its waited-for changes were not acknowledged)."""
         with self._condition:
             thread, self._stopping = self._thread, True
             self._condition.notify()
         if thread is not None:
-            thread.join(deadline_seconds)
+            timeout = self.join_seconds
+            if deadline is not None:
+                timeout = max(0.0, min(timeout, deadline - time.monotonic()))
+            thread.join(timeout)
         with self._condition:
             self._thread = None
 
@@ -303,16 +313,26 @@ if hasattr(os, "register_at_fork"):  # no fork, no child to worry about
     os.register_at_fork(after_in_child=_forget_writer_in_child)
 
 
-def stop_writer(deadline_seconds: float = 10.0) -> None:
-    """Write what is queued and end this process's writer thread (at exit; between tests)."""
+def stop_writer(deadline: float | None = None) -> None:
+    """Write what is queued and end this process's writer thread, waiting until ``deadline``
+    (``time.monotonic()``; at most ``Writer.join_seconds``): at a worker's shutdown, at exit,
+    between tests."""
     global _writer
     with _writer_lock:
         writer, _writer = _writer, None
     if writer is not None and writer.pid == os.getpid():
-        writer.stop(deadline_seconds)
+        writer.stop(deadline)
 
 
-atexit.register(stop_writer, 5.0)
+#: The longest the interpreter's exit waits for the writer.
+EXIT_STOP_SECONDS = 5.0
+
+
+def _stop_writer_at_exit() -> None:
+    stop_writer(time.monotonic() + EXIT_STOP_SECONDS)
+
+
+atexit.register(_stop_writer_at_exit)
 
 
 def records_inline() -> bool:
