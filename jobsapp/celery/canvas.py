@@ -20,7 +20,7 @@ is chosen (frozen) when it is applied, and each task's job carries what follows 
   good, as Celery 5 calls them (``jobsapp.celery.follow_up``).
 
 Not supported, refused with ``NotImplementedError`` when applied: a chord whose header holds
-chains, groups or chords (each header part must be a task).
+groups or chords (each header part must be a task or a chain of tasks).
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ CHAIN_KEY = "celery_chain"  # the steps to push after this one succeeds (signatu
 CHORD_KEY = "celery_chord"  # {"id", "header": [jids], "body": signature dict}
 LINK_KEY = "celery_link"  # callbacks, each pushed with this task's value (signature dicts)
 ERRBACK_KEY = "celery_link_error"  # errbacks, called when this task fails for good (signature dicts)
+#: A signature option (not a Celery one): the chord whose header part this task ends (a chain's last task).
+CHORD_OPTION = "chord"
 EXPIRES_KEY = "celery_expires_at"  # epoch seconds after which the task is revoked unrun
 HEADERS_KEY = "celery_headers"
 
@@ -468,7 +470,7 @@ def _push_task(step: dict[str, Any], prepend: Sequence[Any], *, rest: Sequence[d
         "headers": options.get("headers"),
         "ignore_result": options.get("ignore_result"),
         "chain": [dict(each) for each in rest],
-        "chord": chord,
+        "chord": chord if chord is not None else options.get(CHORD_OPTION),
         "link": _list_option(options.get("link")),
         "link_error": _list_option(options.get("link_error")),
     }
@@ -549,22 +551,34 @@ def _chord_dict(header: list[dict[str, Any]], body: dict[str, Any], options: dic
     }
 
 
-def _apply_chord(header: list[dict[str, Any]], body: dict[str, Any], prepend: list[Any], *, chord_id: str | None = None) -> None:
+def _check_header(header: list[dict[str, Any]]) -> None:
+    """Each part of a chord's header is a task or a chain of tasks; anything else is refused."""
     for each in header:
-        if each.get("subtask_type"):
+        kind = each.get("subtask_type")
+        parts = each["kwargs"]["tasks"] if kind == "chain" else [each]
+        if (kind and kind != "chain") or any(part.get("subtask_type") for part in parts) or not parts:
             raise NotImplementedError(
-                "a chord's header must be task signatures: chains, groups and chords inside a chord's header are not supported"
+                "a chord's header must be tasks or chains of tasks: groups and chords inside a chord's header are not supported"
             )
+
+
+def _apply_chord(header: list[dict[str, Any]], body: dict[str, Any], prepend: list[Any], *, chord_id: str | None = None) -> None:
+    _check_header(header)
     _freeze_all(body)
     if not header:
         push_step(body, [[]], rest=[])
         return
     for each in header:
         _freeze_all(each)
-    header_ids = [str(each["options"]["task_id"]) for each in header]
-    chord_info = {"id": chord_id or new_id(), "header": header_ids, "body": body}
-    for each in header:
-        _push_task(each, prepend, rest=[], chord=chord_info)
+    # a chain's part is its last task's value: that task carries the chord (CHORD_OPTION)
+    last_tasks = [each["kwargs"]["tasks"][-1] if each.get("subtask_type") == "chain" else each for each in header]
+    chord_info = {"id": chord_id or new_id(), "header": [str(each["options"]["task_id"]) for each in last_tasks], "body": body}
+    for each, last in zip(header, last_tasks, strict=True):
+        if each is last:
+            _push_task(each, prepend, rest=[], chord=chord_info)
+        else:
+            last["options"][CHORD_OPTION] = chord_info
+            push_step(each, prepend, rest=[])
 
 
 # --- the primitives ---------------------------------------------------------------------------
@@ -824,11 +838,7 @@ class chord(Signature[Any]):
         if callback is None:
             raise ValueError("a chord needs a callback: chord(header, callback) or chord(header)(callback)")
         frozen = _chord_dict(copy.deepcopy(list(self["kwargs"]["header"])), copy.deepcopy(dict(callback)), self.options)
-        for each in frozen["kwargs"]["header"]:
-            if each.get("subtask_type"):
-                raise NotImplementedError(
-                    "a chord's header must be task signatures: chains, groups and chords inside a chord's header are not supported"
-                )
+        _check_header(frozen["kwargs"]["header"])
         _freeze_all(frozen)
         result = _result_for(frozen, None)
         push_step(frozen, list(args or ()), rest=[])

@@ -43,6 +43,7 @@ from ..payload import Item, compact_json, encode, normalize_item, now
 from .canvas import (
     CHAIN_KEY,
     CHORD_KEY,
+    CHORD_OPTION,
     ENGINE_RETRY_LIMIT,
     ERRBACK_KEY,
     LINK_KEY,
@@ -189,19 +190,30 @@ def failed(task_id: str, item: Item, exception: BaseException, *, request: Any =
     for step in chain if isinstance(chain, list) else []:
         if isinstance(step, dict):
             record_failed(step, fields, reason="dependency_failed")
+            chord_of_step = (step.get("options") or {}).get(CHORD_OPTION)
+            if isinstance(chord_of_step, dict):  # the chain was a chord's header part
+                _fail_chord(chord_of_step, task_id, fields)
     chord = item.get(CHORD_KEY)
-    if isinstance(chord, dict) and isinstance(chord.get("body"), dict):
-        body = chord["body"]
-        error = ChordError(f"Dependency {task_id} raised {fields['error_class']}({fields['error_message']!r})")
-        record_failed(body, error_fields(error), reason="dependency_failed")
-        body_ids = result_ids(body)
-        body_errbacks = (body.get("options") or {}).get("link_error")
-        if body_ids and isinstance(body_errbacks, list):
-            call_errbacks(body_errbacks, body_ids[-1], error, request=None, traceback_text=None)
+    if isinstance(chord, dict):
+        _fail_chord(chord, task_id, fields)
     errbacks = item.get(ERRBACK_KEY)
     if isinstance(errbacks, list) and errbacks:
         text = "".join(traceback_module.format_exception(type(exception), exception, exception.__traceback__))
         call_errbacks(errbacks, task_id, exception, request=request, traceback_text=text)
+
+
+def _fail_chord(chord: dict[str, Any], task_id: str, fields: dict[str, str]) -> None:
+    """A header part failed for good: the callback is recorded FAILED (``ChordError``) and its
+    errbacks are called once."""
+    body = chord.get("body")
+    if not isinstance(body, dict):
+        return
+    error = ChordError(f"Dependency {task_id} raised {fields['error_class']}({fields['error_message']!r})")
+    record_failed(body, error_fields(error), reason="dependency_failed")
+    body_ids = result_ids(body)
+    body_errbacks = (body.get("options") or {}).get("link_error")
+    if body_ids and isinstance(body_errbacks, list):
+        call_errbacks(body_errbacks, body_ids[-1], error, request=None, traceback_text=None)
 
 
 class _FakeRequest:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jobsapp.celery import AsyncResult, GroupResult, Signature, TaskFailure, chain, group
-from tests.conformance.celery.tasks import add, error_handler, exits, mul, old_style_errback, raising_task
+from jobsapp.celery import AsyncResult, ChordError, GroupResult, Signature, TaskFailure, chain, chord, group
+from tests.conformance.celery.tasks import add, error_handler, exits, mul, old_style_errback, raising_task, tsum
 from tests.workers import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("worker")]
@@ -120,3 +120,18 @@ def test_results_a_canvas_does_not_store_are_none_at_once():
     assert grouped.get(timeout=TIMEOUT) == [None, 4]
     assert chained.get(timeout=1) is None
     assert chained.parent.get(timeout=TIMEOUT) == 2
+
+
+def test_a_chord_header_may_hold_chains():
+    # Given a chord whose header parts are a chain and a task
+    result = chord([chain(add.s(1, 1), mul.s(10)), add.s(5, 5)], tsum.s()).apply_async()
+    # Then the callback gets each part's value: a chain's is its last task's
+    assert result.get(timeout=TIMEOUT) == 30
+    assert result.parent.get(timeout=TIMEOUT) == [20, 10]
+    # And a chain in the header that fails fails the chord
+    failing = chord([chain(add.s(1, 1), raising_task.si()), add.s(5, 5)], tsum.s()).apply_async()
+    with pytest.raises(ChordError, match="something something"):
+        failing.get(timeout=TIMEOUT)
+    # And groups inside a header are refused when applied
+    with pytest.raises(NotImplementedError, match="header"):
+        chord([group(add.s(1, 1), add.s(2, 2)), add.s(5, 5)], tsum.s()).apply_async()
