@@ -34,7 +34,7 @@ def errors_file() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def worker(redis_server: RedisServer, errors_file: Path) -> Iterator[WorkerProcess]:
     process = WorkerProcess(
-        ["-c", "4", "-q", "default", "-q", "critical"],
+        ["-c", "4", "-q", "default", "-q", "critical", "-q", "priority.high"],
         env={"DJANGO_SETTINGS_MODULE": "tests.conformance.celery.settings", "CELERY_CONFORMANCE_ERRORS": str(errors_file)},
         redis_url=redis_server.url,
     )

@@ -4,11 +4,13 @@ changed only, run by a real runworkers: each case asserts what the guide states.
 from __future__ import annotations
 
 import time
+import warnings
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from jobsapp.celery import group
+from jobsapp.celery import options as options_module
 from tests.conformance.celery.conftest import TIMEOUT
 from tests.conformance.celery.tasks import add, error_handler, mul
 
@@ -98,7 +100,40 @@ def test_the_connection_pool_is_refused_with_a_clear_error():
 
 
 def test_a_queue_of_ones_own():
-    assert add.apply_async((2, 2), queue="critical").get(timeout=TIMEOUT) == 4
+    assert add.apply_async((2, 2), queue="priority.high").get(timeout=TIMEOUT) == 4  # worker: -q priority.high
+
+
+# --- Message Sending Retry, Serializers, Compression: accepted, warned once, ignored ---------------
+
+
+@pytest.mark.parametrize(
+    ("options", "option"),
+    [
+        ({"retry": False}, "retry"),
+        (
+            {
+                "retry": True,
+                "retry_policy": {
+                    "max_retries": 3,
+                    "interval_start": 0,
+                    "interval_step": 0.2,
+                    "interval_max": 0.2,
+                    "retry_errors": None,
+                },
+            },
+            "retry_policy",
+        ),
+        ({"serializer": "json"}, "serializer"),
+        ({"compression": "zlib"}, "compression"),
+    ],
+)
+def test_transport_options_are_accepted_with_a_warning(options, option):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        options_module._warned.discard(option)
+        result = add.apply_async((10, 10), **options)
+    assert any(option in str(warning.message) for warning in caught)
+    assert result.get(timeout=TIMEOUT) == 20
 
 
 def test_ignore_result():
