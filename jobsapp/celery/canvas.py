@@ -326,7 +326,11 @@ def signature(varies: Any, *args: Any, **kwargs: Any) -> Signature[Any]:
 
 
 subtask = signature
-maybe_signature = signature
+
+
+def maybe_signature(varies: Any, *args: Any, **kwargs: Any) -> Signature[Any] | None:
+    """``signature(varies)``, or None for None (Celery's)."""
+    return None if varies is None else signature(varies, *args, **kwargs)
 
 
 # --- ids and results ------------------------------------------------------------------------

@@ -135,3 +135,15 @@ def test_a_chord_header_may_hold_chains():
     # And groups inside a header are refused when applied
     with pytest.raises(NotImplementedError, match="header"):
         chord([group(add.s(1, 1), add.s(2, 2)), add.s(5, 5)], tsum.s()).apply_async()
+
+
+def test_a_group_may_hold_chains_chords_and_groups():
+    # Given a group of a chain, a chord, a group and a task
+    result = group(
+        chain(add.s(1, 1), mul.s(3)),
+        chord([add.s(1, 1), add.s(2, 2)], tsum.s()),
+        group(add.s(3, 3), add.s(4, 4)),
+        add.s(2, 2),
+    )()
+    # Then its value is each member's value, in order (a group's own is a list)
+    assert result.get(timeout=TIMEOUT) == [6, 6, [6, 8], 4]
