@@ -15,6 +15,7 @@ not used.
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,14 +82,41 @@ class Celery:
     #: The base class of tasks (``class MyTask(app.Task)``).
     Task: type[_Task[Any, Any]] = _Task
 
-    def __init__(self, main: str | None = None, *args: Any, **options: Any) -> None:
+    def __init__(
+        self,
+        main: str | None = None,
+        *args: Any,
+        task_cls: str | type[_Task[Any, Any]] | None = None,
+        include: Sequence[str] | None = None,
+        **options: Any,
+    ) -> None:
         self.main = main
         self.conf = Settings()
         self.control = _Control()
-        if type(self).gen_task_name is not Celery.gen_task_name:
-            self.task = TaskDecorator(namer=self.gen_task_name)
+        #: The default base of this app's tasks: a Task subclass, or its "module:Class" path (read at the first @app.task).
+        self.task_cls = task_cls
+        renamed = type(self).gen_task_name is not Celery.gen_task_name
+        if renamed or task_cls is not None:
+            self.task = TaskDecorator(
+                namer=self.gen_task_name if renamed else None, default_base=self._task_base if task_cls is not None else None
+            )
+        if include:
+            warn_unsupported(
+                "Celery(include=...)",
+                "runworkers imports the tasks.py of every installed app: put these modules in an app's tasks.py or import them there",
+            )
         if args or options:
             warn_unsupported("Celery(broker=..., backend=..., ...)", "Redis and results are JOBSAPP settings")
+
+    def _task_base(self) -> type[_Task[Any, Any]]:
+        """``task_cls``, imported when it is a ``"module:Class"`` path; TypeError unless a Task subclass."""
+        base: Any = self.task_cls
+        if isinstance(base, str):
+            module_name, _, class_name = base.replace(":", ".").rpartition(".")
+            base = getattr(importlib.import_module(module_name), class_name)
+        if not (isinstance(base, type) and issubclass(base, _Task)):
+            raise TypeError(f"Celery(task_cls=...) must be a subclass of jobsapp.celery.Task or its 'module:Class' path, not {base!r}")
+        return base
 
     #: ``@app.task``, ``@app.task()``, ``@app.task(bind=True, base=..., ...)``: ``shared_task``,
     #: naming tasks with ``gen_task_name`` (set per instance, below).

@@ -94,8 +94,16 @@ class TaskDecorator:
     Celery does not have either is a TypeError. ``app.task`` names tasks with the app's
     ``gen_task_name``."""
 
-    def __init__(self, namer: Callable[[str, str], str] | None = None) -> None:
+    def __init__(
+        self, namer: Callable[[str, str], str] | None = None, default_base: Callable[[], type[Task[Any, Any]]] | None = None
+    ) -> None:
         self.namer = namer
+        self.default_base = default_base  # the app's task_cls, for tasks declared without base=
+
+    def _options(self, options: dict[str, Any]) -> dict[str, Any]:
+        if self.default_base is not None and options.get("base") is None:
+            return {**options, "base": self.default_base()}
+        return options
 
     @overload
     def __call__(self, fun: Callable[Params, Returned], /) -> Task[Params, Returned]: ...
@@ -193,10 +201,10 @@ class TaskDecorator:
     ) -> Callable[[Callable[..., Any]], TaskType]: ...
     def __call__(self, fun: Callable[..., Any] | None = None, **options: Any) -> Any:
         if fun is not None:
-            return define(fun, namer=self.namer, **options)
+            return define(fun, namer=self.namer, **self._options(options))
 
         def decorate(function: Callable[..., Any]) -> Task[Any, Any]:
-            return define(function, namer=self.namer, **options)
+            return define(function, namer=self.namer, **self._options(options))
 
         return decorate
 

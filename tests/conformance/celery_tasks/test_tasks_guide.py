@@ -33,6 +33,8 @@ def test_names_as_the_guide_gives_them():
     assert guide.add.name == "tests.conformance.celery_tasks.guide.tasks.add"
     # gen_task_name overridden on the app: "moduleA.tasks.taskA" becomes "moduleA.taskA"
     assert guide.taskA.name == "tests.conformance.celery_tasks.guide.taskA"
+    # task_cls: every task of that app is an instance of the class, with its db attribute
+    assert isinstance(guide.app_wide_rows, guide.DatabaseTask)
     # class-based retry options are class attributes of the base, as in Celery
     assert (guide.fails_once_with_type_error.max_retries, guide.fails_once_with_type_error.retry_backoff_max) == (5, 700)
 
@@ -140,6 +142,7 @@ def test_the_tasks_guide_on_a_real_worker(redis_server, redis):
         wait_until(lambda: "received two times" in worker.output, timeout_seconds=TIMEOUT)
         # Custom task classes: the base's cached attribute is made once per worker process
         assert [guide.process_rows.delay().get(timeout=TIMEOUT) for _ in range(3)] == [1, 1, 1]
+        assert guide.app_wide_rows.delay().get(timeout=TIMEOUT) == 2  # its own task instance: a second connection
         # Handlers: before_start, on_success, after_return, in that order
         handled = guide.my_task.delay(2, 3)
         assert handled.get(timeout=TIMEOUT) == 5

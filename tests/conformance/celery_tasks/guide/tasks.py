@@ -347,6 +347,15 @@ def process_rows(self: task):
     return self.db.process_rows()  # the guide iterates over self.db.table.all()
 
 
+# App-wide usage: task_cls, as the guide's "app = Celery('tasks', task_cls='your.module.path:DatabaseTask')"
+app_wide = Celery("tasks", task_cls="tests.conformance.celery_tasks.guide.tasks:DatabaseTask")
+
+
+@app_wide.task(bind=True)  # given: a task of that app
+def app_wide_rows(self):
+    return self.db.process_rows()
+
+
 # --- Handlers ------------------------------------------------------------------------------------
 
 
