@@ -39,7 +39,7 @@ import time
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 from croniter import CroniterError, croniter
@@ -52,10 +52,8 @@ from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS
 from .cron import JID_HISTORY_SIZE, RUBY_TIME_FORMAT, next_tick, previous_tick, server_time
 from .errors import UnknownJobClass
+from .job import Job
 from .payload import check_json_native, compact_json, new_jid
-
-if TYPE_CHECKING:
-    from .job import Job
 
 logger = logging.getLogger("jobsapp.periodic")
 
@@ -116,9 +114,7 @@ class Definition:
         reads it for every tick it pushes, so a settings change applies from the next tick. The
         copy written in the ``cron_job:<name>`` hash (``register``, once per worker start, for the
         dashboard and sidekiq-cron's ``message``) is the value as of that start."""
-        from .client import job_template  # client imports this module's neighbours at load
-
-        return self.named_queue or job_template(self.job_class).queue
+        return self.named_queue or registry.job_template(self.job_class).queue
 
     @property
     def schedule(self) -> str:
@@ -137,9 +133,7 @@ class Definition:
 
     def item(self, jid: str) -> dict[str, Any]:
         """The job as pushed (without ``enqueued_at``, which the claim script stamps)."""
-        from .client import job_template
-
-        template = job_template(self.job_class)
+        template = registry.job_template(self.job_class)
         item: dict[str, Any] = {"class": template.wire_name, "args": list(self.args)}
         item.update(template.options)
         item["queue"] = self.queue
@@ -190,8 +184,6 @@ def declare(specs: dict[str, dict[str, Any]], *, source: str) -> None:
 
 
 def _job_class(name: str, value: object) -> type[Job]:
-    from .job import Job
-
     if isinstance(value, type) and issubclass(value, Job):
         return value
     if not isinstance(value, str) or not value:
