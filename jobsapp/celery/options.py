@@ -6,6 +6,8 @@ docs/celery.md's table lists them with the reason. Options that would change wha
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import warnings
 
@@ -49,14 +51,28 @@ REFUSED_OPTIONS: dict[str, str] = {
 }
 
 
+_PACKAGE_DIRECTORY = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the first caller outside jobsapp.celery, so the warning names the
+    user's line (the decorator or the call), not this package's."""
+    frame = sys._getframe(1)  # warn_unsupported: level 1
+    level = 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIRECTORY):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
 def warn_unsupported(option: str, reason: str | None = None) -> None:
-    """A RuntimeWarning the first time ``option`` is used in this process."""
+    """A RuntimeWarning the first time ``option`` is used in this process, pointing at the user's code."""
     with _lock:
         if option in _warned:
             return
         _warned.add(option)
     why = reason or IGNORED_OPTIONS.get(option, "not supported")
-    warnings.warn(f"jobsapp.celery ignores the Celery option {option!r}: {why}", RuntimeWarning, stacklevel=3)
+    warnings.warn(f"jobsapp.celery ignores the Celery option {option!r}: {why}", RuntimeWarning, stacklevel=_user_stacklevel())
 
 
 def check_options(options: dict[str, object], *, where: str) -> None:
