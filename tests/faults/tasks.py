@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 from jobsapp.celery import shared_task
 from tests.faults.jobs import ledger_client
@@ -32,3 +33,17 @@ def chord_sizes(values: list[str], chord_name: str) -> list[int]:
     """The callback: counts its run under ``chord_name`` and returns each part's length."""
     ledger_client().hincrby(CALLBACK_RUNS, chord_name, 1)
     return [len(value) for value in values]
+
+
+@shared_task
+def chord_part_slow(index: int, sleep_ms: int) -> int:
+    """A header task that takes ``sleep_ms`` (so a SIGKILL finds parts running) and returns ``index``."""
+    time.sleep(sleep_ms / 1000)
+    return index
+
+
+@shared_task
+def chord_total(values: list[int], chord_name: str) -> int:
+    """A callback that counts its runs under ``chord_name`` and returns the sum of the parts."""
+    ledger_client().hincrby(CALLBACK_RUNS, chord_name, 1)
+    return sum(values)

@@ -1,5 +1,6 @@
 """A Celery chord's callback is never lost: neither by a callback too big to push, nor by a process
-that dies between recording the last header part and pushing the callback.
+that dies between recording the last header part and pushing the callback, nor by Redis freezing
+there, nor by workers SIGKILLed while chords run.
 
 Given three header tasks and a callback, When the callback's arguments exceed MAX_PAYLOAD_BYTES,
 Then the callback's result says FAILURE with the reason (never PENDING forever) and the header
@@ -9,7 +10,9 @@ and a new worker takes its place, Then the callback runs exactly once with every
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import time
 
@@ -19,7 +22,7 @@ from jobsapp import connection, faults
 from jobsapp.celery import chord
 from jobsapp.errors import PayloadTooLarge
 from tests.faults.conftest import FAST_LIVENESS
-from tests.faults.tasks import CALLBACK_RUNS, chord_part, chord_part_freezing_redis, chord_sizes
+from tests.faults.tasks import CALLBACK_RUNS, chord_part, chord_part_freezing_redis, chord_part_slow, chord_sizes, chord_total
 from tests.redis_server import RedisServer
 from tests.workers import wait_until
 
@@ -111,3 +114,43 @@ def test_a_redis_freeze_while_the_last_part_is_recorded_retries_the_follow_up_no
 def _stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_chords_drained_while_workers_are_sigkilled_lose_no_callback(redis, ledger, start_worker, measure):
+    # Given 60 chords of 5 parts of 100 ms, and two supervised processes of 5 threads
+    chords = 60
+    results = [
+        chord([chord_part_slow.s(part, 100) for part in range(5)], chord_total.s(f"k{index}")).apply_async() for index in range(chords)
+    ]
+    worker = start_worker(["-P", "2", "-c", "5"], overrides=FAST_LIVENESS)
+    # When a random child is SIGKILLed three times while they run (its supervisor restarts it)
+    rng = random.Random(7)
+    killed: set[int] = set()
+    wait_until(lambda: ledger.hlen(CALLBACK_RUNS) >= 3, timeout_seconds=30, message="callbacks are running")
+    for _ in range(3):
+        time.sleep(rng.uniform(0.3, 0.8))
+        candidates = [pid for pid in _children(worker, redis) if pid not in killed]
+        if candidates:
+            victim = rng.choice(candidates)
+            os.kill(victim, signal.SIGKILL)
+            killed.add(victim)
+    # Then every callback runs (at least once: a job killed after it ran runs again) with every value
+    values = [result.get(timeout=90, interval=0.2) for result in results]
+    worker.stop()
+    assert values == [10] * chords
+    runs = [int(ledger.hget(CALLBACK_RUNS, f"k{index}") or 0) for index in range(chords)]
+    assert min(runs) >= 1
+    assert redis.zcard("dead") == 0
+    measure(
+        "chords under SIGKILL", chords=chords, kills=len(killed), callbacks_lost=0, callbacks_run_twice=sum(1 for run in runs if run > 1)
+    )
+
+
+def _children(worker, redis) -> list[int]:
+    pids = []
+    for identity in redis.smembers("processes"):
+        raw = redis.hget(identity, "info")
+        pid = json.loads(raw)["pid"] if raw else None
+        if pid and pid != worker.pid:
+            pids.append(pid)
+    return pids
