@@ -73,6 +73,7 @@ UNPUSHABLE = (PayloadTooLarge, TypeError, ValueError, NotImplementedError)
 
 
 def error_fields(exception: BaseException) -> dict[str, str]:
+    """A result record's error fields for ``exception`` (builtins by their bare name, as Sidekiq)."""
     kind = type(exception)
     error_class = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
     return {"error_class": error_class, "error_message": str(exception)}
@@ -142,14 +143,15 @@ def chord_part_done(chord: dict[str, Any], jid: str, value: Any, *, queue: str) 
     unlock["enqueued_at"] = unlock["created_at"]
     try:
         unlock_json = encode(unlock)
-    except PayloadTooLarge as exc:  # a callback signature too big to carry: the callback never runs
+        value_json = compact_json(value)
+    except UNPUSHABLE as exc:  # a callback too big to carry, a value JSON cannot hold: the callback never runs
         record_failed(chord.get("body") or {}, error_fields(exc), reason="follow_up_refused")
         return
     scripts.chord_part(
         get_redis(),
         chord_id=chord_id,
         jid=jid,
-        value_json=compact_json(value),
+        value_json=value_json,
         header_size=len(header),
         ttl_seconds=RESULT_EXPIRES_SECONDS,
         callback_job=unlock_json,

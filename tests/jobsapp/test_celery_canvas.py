@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobsapp.celery import AsyncResult, ChordError, GroupResult, Signature, TaskFailure, chain, chord, group
-from tests.conformance.celery.tasks import add, error_handler, exits, mul, old_style_errback, raising_task, tsum
+from tests.conformance.celery.tasks import a_set, add, error_handler, exits, mul, old_style_errback, raising_task, tsum
 from tests.workers import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("worker")]
@@ -147,3 +147,11 @@ def test_a_group_may_hold_chains_chords_and_groups():
     )()
     # Then its value is each member's value, in order (a group's own is a list)
     assert result.get(timeout=TIMEOUT) == [6, 6, [6, 8], 4]
+
+
+def test_a_header_value_json_cannot_hold_fails_the_callback_visibly():
+    # Given a chord one of whose header tasks returns a set
+    result = chord([add.s(1, 1), a_set.s()], tsum.s()).apply_async()
+    # Then the callback is FAILURE with the reason, never PENDING for ever
+    with pytest.raises(TypeError, match="set"):
+        result.get(timeout=TIMEOUT)

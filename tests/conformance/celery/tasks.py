@@ -83,3 +83,9 @@ def reset_buffers():
 def exits():
     """A task that calls sys.exit (issue: the caller must not exit when it reads the result)."""
     raise SystemExit(3)
+
+
+@app.task
+def a_set():
+    """A value JSON cannot hold (a header part whose chord callback can then never run)."""
+    return {1, 2}
