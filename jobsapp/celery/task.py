@@ -1,4 +1,4 @@
-"""Celery-style tasks on the engine: ``shared_task``/``task`` and the ``Task`` they return.
+"""Celery-style tasks on the engine: the ``Task`` that ``shared_task``/``task`` return (decorators.py).
 
 Producing side (any thread): ``delay``/``apply_async`` push a Sidekiq item through
 ``jobsapp.client`` under the task's name (``module.function`` by default, as Celery), with
@@ -6,7 +6,8 @@ Producing side (any thread): ``delay``/``apply_async`` push a Sidekiq item throu
 and ``eta`` go to the schedule set; ``task_id`` becomes the jid.
 
 A task is an instance of a subclass of ``Task`` (of ``base=`` when given) made by the decorator,
-as Celery makes them: options are class attributes, the function is ``run``.
+as Celery makes them: options are class attributes, the function is ``run``. ``apply_async``
+checks the call's arguments against the function first (``typing``), as Celery's.
 
 Consuming side (a processor thread): the task's ``CeleryJob`` sets ``self.request`` (id, retries,
 args, kwargs...), runs the function (given the task first with ``bind=True``) as Celery's tracer
