@@ -97,15 +97,9 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _safe_repr(value: Any) -> str:
-    if isinstance(value, list) and value and all(isinstance(each, Signature) for each in value):
-        return "[" + ", ".join(repr(each) for each in value) + "]"
-    return repr(value)
-
-
 def reprcall(name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> str:
     """``name(1, 2, key=3)``, as kombu prints a call."""
-    arguments = [*(_safe_repr(arg) for arg in args), *(f"{key}={value!r}" for key, value in (kwargs or {}).items())]
+    arguments = [*(repr(arg) for arg in args), *(f"{key}={value!r}" for key, value in (kwargs or {}).items())]
     return f"{name}({', '.join(arguments)})"
 
 
@@ -119,6 +113,7 @@ def remove_repeating_from_task(task_name: str, text: str) -> str:
 
 
 def _list_option(value: Any) -> list[dict[str, Any]]:
+    """A ``link`` / ``link_error`` option (one signature, a list of them, or None) as a list of dicts."""
     if value is None:
         return []
     if isinstance(value, dict):
@@ -702,7 +697,7 @@ class group(Signature[Any]):
         tasks = self.tasks
         if not tasks:
             return "group(<empty>)"
-        return remove_repeating_from_task(tasks[0].get("task") or "", f"group({_safe_repr(tasks)})")
+        return remove_repeating_from_task(tasks[0].get("task") or "", f"group({tasks!r})")
 
     def __len__(self) -> int:
         return len(self["kwargs"]["tasks"])
