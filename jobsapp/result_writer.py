@@ -230,7 +230,9 @@ def write_outcome(jid: str, fields: Fields, *, retain_seconds: float) -> None:
     recorder._write(jid, {"jid": jid, "finished_at": repr(now()), **fields}, ttl_seconds=retain_seconds, finished=True, wait=True)
 
 
-def write_fields(jid: str, fields: Fields, *, retain_seconds: float) -> None:
+def write_fields(jid: str, fields: Fields, *, retain_seconds: float, wait: bool = False) -> None:
     """Add fields to a record while its job runs (a state the job reports itself), in order with
-    the writer's other changes to it; waits until written. Logged, never raised, on a Redis error."""
-    recorder._write(jid, {"jid": jid, **fields}, ttl_seconds=retain_seconds, wait=True)
+    the writer's other changes to it. Not waited for unless ``wait`` (a running job may report
+    often, and its final change comes after it in the same queue and is waited for). Logged,
+    never raised, on a Redis error."""
+    recorder._write(jid, {"jid": jid, **fields}, ttl_seconds=retain_seconds, wait=wait)

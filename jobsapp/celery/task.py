@@ -507,9 +507,9 @@ class Task(Generic[Params, Returned]):
             return
         own = task_id == request.id
         retain = request.retain_seconds if own and request.retain_seconds else RESULT_EXPIRES_SECONDS
-        result_writer.write_fields(
-            task_id, {results.CUSTOM_STATE_FIELD: str(state), results.CUSTOM_META_FIELD: compact_json(meta)}, retain_seconds=retain
-        )
+        fields = {results.CUSTOM_STATE_FIELD: str(state), results.CUSTOM_META_FIELD: compact_json(meta)}
+        # the running task's own report is not waited for; another task's (or one from outside a worker) is
+        result_writer.write_fields(task_id, fields, retain_seconds=retain, wait=not own)
         event = request.task_event if own else None
         if event is not None and isinstance(meta, dict):
             current, total = meta.get("current"), meta.get("total")
