@@ -56,7 +56,7 @@ def main() -> None:
 
     settings.JOBSAPP = {**getattr(settings, "JOBSAPP", {}), "REDIS_URL": server.url}
     from jobsapp.connection import get_redis, reset
-    from jobsapp.scheduler import Scheduler
+    from jobsapp.worker.scheduler import Scheduler
 
     reset()
     raw = server.client()

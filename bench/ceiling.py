@@ -134,7 +134,7 @@ def drive(redis_url: str, index: int) -> None:
 
     import redis
 
-    from jobsapp.fetch import QueueOrder, ReliableFetch
+    from jobsapp.worker.fetch import QueueOrder, ReliableFetch
 
     client = redis.Redis.from_url(redis_url)
     fetch = ReliableFetch(

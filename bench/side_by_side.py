@@ -135,7 +135,7 @@ class Fleet:
         self.defaults = self.processes == 0
         if self.defaults:
             from jobsapp.conf import jobs_settings
-            from jobsapp.launcher import default_processes
+            from jobsapp.worker.launcher import default_processes
 
             if self.system == "sidekiq":
                 self.processes, self.threads = os.cpu_count() or 1, SIDEKIQ_DEFAULT_THREADS

@@ -81,7 +81,7 @@ def queue_problems(queues: Any) -> list[checks.CheckMessage]:
     """QUEUES must name queues as ``-q`` takes them: ``"name"`` or ``"name,weight"``."""
     if not isinstance(queues, (list, tuple)):
         return []  # E005 already says so
-    from .fetch import QueueOrder
+    from .worker.fetch import QueueOrder
 
     hint = 'Use a list of queue names, each optionally with a weight: ["critical,3", "default"].'
     if not queues:
@@ -161,7 +161,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 def _above_worker_maxima() -> list[checks.CheckMessage]:
     """CONCURRENCY and ASYNC_CONCURRENCY above what ``runworkers`` accepts: said here, naming
     the setting, rather than by ``runworkers`` refusing a flag the user never typed."""
-    from .launcher import MAX_ASYNC_CONCURRENCY, MAX_CONCURRENCY
+    from .worker.launcher import MAX_ASYNC_CONCURRENCY, MAX_CONCURRENCY
 
     messages: list[checks.CheckMessage] = []
     for key, maximum in (("CONCURRENCY", MAX_CONCURRENCY), ("ASYNC_CONCURRENCY", MAX_ASYNC_CONCURRENCY)):

@@ -44,7 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "QUEUES": ["default"],
     "CONCURRENCY": 10,
     # Async jobs (async def perform) running at once per process on its event loop, besides the
-    # CONCURRENCY threads (runworkers --async-concurrency). See jobsapp/aio.py.
+    # CONCURRENCY threads (runworkers --async-concurrency). See jobsapp/worker/aio.py.
     "ASYNC_CONCURRENCY": 100,
     "PROCESSES": None,  # None: one worker process per CPU (runworkers -P)
     "SHUTDOWN_TIMEOUT_SECONDS": 25.0,

@@ -17,7 +17,7 @@ every app is autodiscovered, so only functions defined there (or in code they im
 The job builds the ``TaskResult`` Django's signals carry, sends ``task_started``, calls the
 function (with a ``TaskContext`` whose ``attempt`` is the attempt number when the task takes
 context; a coroutine function makes an async job, awaited on the worker's event loop in its
-async lane, ``jobsapp.aio``, under the job's ``timeout``), and sends ``task_finished`` on success, and on a failure that will not be
+async lane, ``jobsapp.worker.aio``, under the job's ``timeout``), and sends ``task_finished`` on success, and on a failure that will not be
 retried. What becomes of a failed task is the engine's: by default (``RETRY: 0``) it goes
 straight to the dead set (the operator can retry it from the dashboard) and its result says
 FAILED; ``RETRY: n`` retries it n times with Sidekiq's backoff (READY meanwhile).
@@ -62,11 +62,12 @@ from django.apps import apps
 from django.core import checks
 from django.utils.json import normalize_json
 
-from . import aio, registry, results, timeouts
+from . import registry, results
 from .conf import jobs_settings
 from .functions import FunctionJob, dotted_path, job_class_for
 from .payload import now
-from .retry import retry_limit
+from .worker import aio, timeouts
+from .worker.retry import retry_limit
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -237,7 +238,7 @@ class JobsBackend(BaseTaskBackend):
 
     task_class = JobsTask
     supports_defer = True
-    supports_async_task = True  # awaited on the worker's event loop (jobsapp.aio)
+    supports_async_task = True  # awaited on the worker's event loop (jobsapp.worker.aio)
     supports_get_result = True
     supports_priority = False
 

@@ -50,7 +50,7 @@ from .result_writer import recorder
 if TYPE_CHECKING:
     import redis
 
-    from .retry import Outcome
+    from .worker.retry import Outcome
 
 logger = logging.getLogger("jobsapp.ending")
 

@@ -51,6 +51,12 @@ class JobTimeout(JobsError):
         super().__init__(message)
 
 
+class PoisonJob(JobsError):
+    """The job was in flight in a process that died, too many times in a row: the sweeper
+    (``jobsapp.worker.recovery``) files it in the dead set with this error instead of running it
+    again. Never raised in a job."""
+
+
 class ReplicationTimeout(JobsError):
     """A push was written to the master, but fewer than ``ENQUEUE_REPLICAS`` replicas confirmed
     it within ``ENQUEUE_REPLICAS_TIMEOUT_SECONDS``. The job is enqueued and will normally run;

@@ -8,7 +8,7 @@
     send_welcome(42)                           # still a plain call, in this thread
 
 An ``async def`` function makes an async job (``Job.is_async``): workers await it on their event
-loop (``jobsapp.aio``); a plain call still returns the coroutine. An async generator is refused.
+loop (``jobsapp.worker.aio``); a plain call still returns the coroutine. An async generator is refused.
 
 Decorating defines a ``Job`` subclass whose ``perform`` calls the function, registered at once
 under the function's dotted path (``module.qualname``, the wire name), so only functions defined
@@ -74,7 +74,7 @@ def job_class_for(
         "__doc__": function.__doc__,
         "abstract": True,  # registered below, once its options (and wire name) are set
         "function": staticmethod(function),
-        # perform returns the coroutine; the worker awaits it on its loop (jobsapp.aio.perform)
+        # perform returns the coroutine; the worker awaits it on its loop (jobsapp.worker.aio.perform)
         "is_async": inspect.iscoroutinefunction(function),
         **(attributes or {}),
     }

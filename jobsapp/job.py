@@ -8,7 +8,7 @@ to ``jobsapp.client``; the worker later builds a fresh instance per run and call
 Defining a subclass registers it under its wire name: the dotted Python path by default, or the
 ``class_name`` option (a Ruby-style ``"HardWorker"``) so Ruby and Python can share a queue.
 A subclass whose ``perform`` is an ``async def`` is an async job (``is_async``): workers await it
-on their event loop (``jobsapp.aio``). An async generator is refused when the class is defined.
+on their event loop (``jobsapp.worker.aio``). An async generator is refused when the class is defined.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Job:
     sidekiq_options_hash: ClassVar[dict[str, Any]] = {"retry": True}
     #: Set on abstract bases that should not be registered.
     abstract: ClassVar[bool] = True
-    #: Whether workers run it on their event loop (``jobsapp.aio``): set when the class is defined,
+    #: Whether workers run it on their event loop (``jobsapp.worker.aio``): set when the class is defined,
     #: True when ``perform`` is an ``async def``.
     is_async: ClassVar[bool] = False
 

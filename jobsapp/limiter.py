@@ -84,8 +84,8 @@ from .errors import JobsError
 from .payload import compact_json, now
 
 if TYPE_CHECKING:
-    from .fetch import UnitOfWork
-    from .retry import RetryPolicy
+    from .worker.fetch import UnitOfWork
+    from .worker.retry import RetryPolicy
 
 logger = logging.getLogger("jobsapp.limiter")
 

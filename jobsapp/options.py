@@ -26,7 +26,7 @@ from typing import Any
 from . import keys
 from .payload import Item, compact_json
 
-#: The payload field (and sidekiq_options key) of a job's timeout, in seconds (``jobsapp.timeouts``).
+#: The payload field (and sidekiq_options key) of a job's timeout, in seconds (``jobsapp.worker.timeouts``).
 TIMEOUT_KEY = "timeout"
 #: Seconds a job may wait before it starts (``jobsapp.expiry``), and the absolute expiry Sidekiq
 #: Pro writes and reads, epoch seconds.

@@ -34,10 +34,11 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from . import aio, client, registry, timeouts, unique
+from . import client, registry, unique
 from .middleware import run_server_chain
 from .payload import Item
 from .result_writer import run_recorded
+from .worker import aio, timeouts
 
 if TYPE_CHECKING:
     from .job import Job
@@ -90,7 +91,7 @@ def execute(item: Item) -> Any:
     args = item.get("args", [])
     kwargs = item.get("kwargs") or {}
     call_perform = lambda: job.perform(*args, **kwargs)  # noqa: E731
-    if job_class.is_async:  # awaited on a new loop in this thread (jobsapp.aio)
+    if job_class.is_async:  # awaited on a new loop in this thread (jobsapp.worker.aio)
         call_perform = partial(aio.perform, call_perform, timeout_seconds=timeouts.timeout_seconds(item))
     return run_recorded(job, item, lambda: run_server_chain(job, item, job.queue, call_perform))
 

@@ -43,10 +43,11 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from .. import aio, result_writer, results, timeouts
+from .. import result_writer, results
 from ..errors import JobTimeout
 from ..functions import FunctionJob, job_class_for
 from ..payload import RECOVERED_KEY, Item, check_json_native, compact_json, new_jid, now
+from ..worker import aio, timeouts
 from . import follow_up
 from .canvas import (
     CHAIN_KEY,
@@ -573,7 +574,7 @@ class Task(Generic[Params, Returned]):
         try:
             self.before_start(task_id, args, kwargs)
             value = soft_limit(soft_seconds, lambda: self.run(*args, **kwargs), name=self.name, task_id=task_id)
-            if inspect.iscoroutine(value):  # an async def task: awaited on this worker's loop (jobsapp.aio)
+            if inspect.iscoroutine(value):  # an async def task: awaited on this worker's loop (jobsapp.worker.aio)
                 value = aio.run(value, timeout_seconds=async_timeout)
             return value
         except TaskPredicate:

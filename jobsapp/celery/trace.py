@@ -4,7 +4,7 @@ Runs in the thread that runs the task: a processor thread (``Task._execute``) or
 thread (``Task.apply``, eager). Touches no Redis key itself.
 
 - ``soft_limit``: ``soft_time_limit`` raises ``SoftTimeLimitExceeded`` inside the task. One
-  watchdog thread per process (``jobsapp.timeouts.Watchdog``, thread ``jobsapp.timeouts``,
+  watchdog thread per process (``jobsapp.worker.timeouts.Watchdog``, thread ``jobsapp.timeouts``,
   started by the first task that has a soft limit) raises it in the task's thread past the
   limit, as the engine's ``timeout`` raises ``JobTimeout``; the task may catch it and clean up.
   Uncaught, the task fails like any exception (dead set, FAILURE, or a retry by
@@ -25,7 +25,7 @@ import traceback as traceback_module
 from collections.abc import Callable
 from typing import Any
 
-from .. import timeouts
+from ..worker import timeouts
 from .exceptions import SoftTimeLimitExceeded
 
 logger = logging.getLogger("jobsapp.celery")

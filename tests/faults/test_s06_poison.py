@@ -114,7 +114,7 @@ def test_poison_goes_dead_and_innocents_run(redis_server, redis, ledger, start_w
     without_reason = [entry for entry in dead if not (entry.get("error_class") and entry.get("error_message"))]
     assert not without_reason
     by_jid = {entry["jid"]: entry for entry in dead}
-    assert by_jid[segfault_jid]["error_class"] == "jobsapp.recovery.PoisonJob"
+    assert by_jid[segfault_jid]["error_class"] == "jobsapp.errors.PoisonJob"
     assert "recovered from 3 dead processes" in by_jid[segfault_jid]["error_message"]
     assert by_jid[hog_jid]["error_class"] == "MemoryError"
     malformed = [entry for entry in dead if entry["class"] == "jobsapp.MalformedPayload"]

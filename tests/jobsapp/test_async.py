@@ -1,4 +1,4 @@
-"""Async jobs (``async def perform``): awaited on each worker process's event loop (jobsapp.aio).
+"""Async jobs (``async def perform``): awaited on each worker process's event loop (jobsapp.worker.aio).
 
 The end-to-end tests run a real ``runworkers`` process against the test Redis; the others run
 jobs in this process.
@@ -13,13 +13,14 @@ import time
 
 import pytest
 
-from jobsapp import Job, JobTimeout, aio, job, results, testing
+from jobsapp import Job, JobTimeout, job, results, testing
 from jobsapp.celery import shared_task
 from jobsapp.connection import get_redis
 from jobsapp.error_fields import decompress_backtrace
-from jobsapp.fetch import UnitOfWork
-from jobsapp.processor import Processor
-from jobsapp.retry import RetryPolicy
+from jobsapp.worker import aio
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.processor import Processor
+from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import (
     RAN_KEY,
     AsyncBlockingCall,

@@ -12,7 +12,7 @@ import redis as redis_lib
 
 from jobsapp.backoff import Backoff, call_with_retry
 from jobsapp.connection import get_redis
-from jobsapp.scheduler import Scheduler
+from jobsapp.worker.scheduler import Scheduler
 from tests.manual_clock import ManualClock
 from tests.redis_down import unreachable_redis
 

@@ -9,10 +9,10 @@ import pytest
 
 from jobsapp.batch import Batch, job_finished
 from jobsapp.connection import get_redis
-from jobsapp.fetch import UnitOfWork
 from jobsapp.payload import decode
-from jobsapp.processor import Processor
-from jobsapp.retry import RetryPolicy
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.processor import Processor
+from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import BatchComplete, BatchMember, BatchSuccess, Noop, UniqueRecord
 from tests.workers import WorkerProcess, wait_until
 

@@ -13,14 +13,15 @@ import time
 
 import pytest
 
-from jobsapp import Job, celery, client, ending, keys, recovery, results
+from jobsapp import Job, celery, client, ending, keys, results
 from jobsapp.batch import Batch, BatchStatus
 from jobsapp.connection import get_redis
 from jobsapp.errors import NoRetryError
-from jobsapp.fetch import UnitOfWork
 from jobsapp.payload import compact_json, decode
-from jobsapp.processor import Processor
-from jobsapp.retry import RetryPolicy
+from jobsapp.worker import recovery
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.processor import Processor
+from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import BatchComplete, BatchSuccess
 
 pytestmark = pytest.mark.django_db  # a job run closes stale Django connections, as a worker does

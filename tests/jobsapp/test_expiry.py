@@ -15,11 +15,11 @@ from django.urls import reverse
 from jobsapp import Job, client, periodic, sidekiq_options
 from jobsapp.api import Stats
 from jobsapp.connection import get_redis
-from jobsapp.fetch import UnitOfWork
 from jobsapp.middleware import ServerMiddleware
 from jobsapp.payload import decode
-from jobsapp.processor import Processor
-from jobsapp.retry import RetryPolicy
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.processor import Processor
+from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import RAN_KEY, ExpiringRecord, Record, UniqueRecord
 from tests.workers import WorkerProcess, wait_until
 

@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from jobsapp import client
 from jobsapp.connection import CONNECTION_ERRORS as redis_errors
 from jobsapp.connection import get_redis, new_redis
-from jobsapp.fetch import BasicFetch, QueueOrder, ReliableFetch
+from jobsapp.worker.fetch import BasicFetch, QueueOrder, ReliableFetch
 from tests.testapp.jobs import RAN_KEY, Record
 from tests.workers import WorkerProcess, wait_until
 

@@ -6,8 +6,8 @@ import logging
 
 from jobsapp import keys
 from jobsapp.connection import get_redis
-from jobsapp.heartbeat import Heartbeat
-from jobsapp.launcher import Components, WorkerOptions, WorkerProcess
+from jobsapp.worker.heartbeat import Heartbeat
+from jobsapp.worker.launcher import Components, WorkerOptions, WorkerProcess
 from tests.manual_clock import ManualClock
 from tests.redis_down import unreachable_redis
 

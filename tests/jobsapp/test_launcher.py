@@ -10,9 +10,9 @@ import threading
 
 from jobsapp import keys
 from jobsapp.connection import get_redis
-from jobsapp.launcher import WorkerOptions, WorkerProcess, wait_for_redis
 from jobsapp.periodic import PeriodicScheduler
-from jobsapp.recovery import Sweeper
+from jobsapp.worker.launcher import WorkerOptions, WorkerProcess, wait_for_redis
+from jobsapp.worker.recovery import Sweeper
 from tests.manual_clock import ManualClock
 from tests.redis_down import unreachable_redis
 from tests.testapp.jobs import RAN_KEY, Noop, Record

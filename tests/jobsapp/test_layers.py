@@ -1,8 +1,9 @@
 """The layering contracts (pyproject.toml's [tool.importlinter], checked by ``lint-imports`` in
-.ci/run) cover every module: a new engine module must be named in the engine contract, or it
-could import the API, the dashboard or tracking unchecked. Tracking reaches the engine through
-its public face only: the names of ``jobsapp.__all__`` and the public modules the package's
-docstring lists, each of which imports."""
+.ci/run) cover every module: each module of ``jobsapp`` and of ``jobsapp.worker`` sits in one layer
+of its package's contract, so a new module cannot import upward unchecked. The operators' API and
+the worker are independent siblings. Tracking reaches the engine through its public face only: the
+names of ``jobsapp.__all__`` and the public modules the package's docstring lists, each of which
+imports."""
 
 import importlib
 import re
@@ -13,34 +14,52 @@ import jobsapp
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: The edges: they may import the engine and each other; the engine never imports them.
-EDGES = {"jobsapp.api", "jobsapp.dashboard", "jobsapp.login", "jobsapp.management", "jobsapp.celery", "jobsapp.django_tasks"}
-#: Neither engine nor edge: the package's public API, Django glue and test helpers for users.
-OTHERS = {"jobsapp", "jobsapp.urls", "jobsapp.templatetags", "jobsapp.testing", "jobsapp.pytest_plugin", "jobsapp.migrations"}
-
 
 def contracts() -> list[dict]:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
 
 
-def top_level_modules() -> set[str]:
-    package = ROOT / "jobsapp"
-    names = {f"jobsapp.{path.stem}" for path in package.glob("*.py") if path.stem != "__init__"}
-    names |= {f"jobsapp.{path.parent.name}" for path in package.glob("*/__init__.py")}
-    return names | {"jobsapp"}
+def layers_contract(container: str) -> dict:
+    return next(contract for contract in contracts() if contract["type"] == "layers" and contract["containers"] == [container])
 
 
-def test_every_jobsapp_module_is_engine_or_edge():
-    # Given the engine contract's sources and the edges it forbids
-    engine_contract = next(contract for contract in contracts() if contract["name"].startswith("The engine never imports"))
-    engine = set(engine_contract["source_modules"])
-    forbidden = set(engine_contract["forbidden_modules"])
-    # When every top-level module of jobsapp is classified
-    unclassified = top_level_modules() - engine - EDGES - OTHERS
-    # Then none is left out, and the edges are exactly what the engine may not import
-    assert unclassified == set(), f"add these to the engine contract in pyproject.toml (or to the edges): {sorted(unclassified)}"
-    assert EDGES <= forbidden
-    assert not (engine & EDGES)
+def layered(contract: dict) -> list[set[str]]:
+    """Each layer's modules (``a : b`` and ``a | b`` siblings alike), top first."""
+    return [{name.strip() for name in re.split(r"[:|]", layer)} for layer in contract["layers"]]
+
+
+def children(package: str) -> set[str]:
+    """The modules and subpackages directly inside ``package``."""
+    directory = ROOT.joinpath(*package.split("."))
+    names = {path.stem for path in directory.glob("*.py") if path.stem != "__init__"}
+    return names | {path.parent.name for path in directory.glob("*/__init__.py")}
+
+
+def test_every_module_of_the_engine_and_the_worker_sits_in_a_layer():
+    for container in ("jobsapp", "jobsapp.worker"):
+        # Given the layers contract of the package
+        contract = layers_contract(container)
+        layers = layered(contract)
+        # When its modules are looked up in the layers
+        placed = set().union(*layers)
+        # Then each sits in exactly one, none is missing, and import-linter checks the same
+        assert children(container) - placed == set(), f"add these to a layer of {container} in pyproject.toml"
+        assert placed - children(container) == set(), "a layer names a module that does not exist"
+        assert sum(len(layer) for layer in layers) == len(placed)
+        assert contract["exhaustive"] is True
+
+
+def test_the_worker_sits_beside_the_api_above_the_door_and_below_the_edges():
+    # Given the engine's layers
+    layers = layered(layers_contract("jobsapp"))
+    position = {name: index for index, layer in enumerate(layers) for name in layer}
+    # When the worker is placed among them
+    worker_layer = next(layer for layer in layers_contract("jobsapp")["layers"] if "worker" in layer)
+    # Then the API and the worker may not import each other, the door is below both, and the
+    # edges that run jobs in a worker are above it
+    assert set(re.split(r"\s*\|\s*", worker_layer.strip())) == {"worker", "api"}
+    assert position["worker"] < position["ending"] < position["unique"] < position["payload"]
+    assert all(position[edge] < position["worker"] for edge in ("celery", "django_tasks", "testing", "management", "dashboard"))
 
 
 def documented_public_modules() -> set[str]:
@@ -70,3 +89,4 @@ def test_every_documented_public_path_imports():
         importlib.import_module(module)
     assert missing == []
     assert jobsapp.DeadReason.POISON == "poison" and jobsapp.RequeueReason.SHUTDOWN == "shutdown"
+    assert not any(module.startswith("jobsapp.worker") for module in public_modules)

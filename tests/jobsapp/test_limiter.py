@@ -10,9 +10,9 @@ import pytest
 
 from jobsapp import client, limiter
 from jobsapp.connection import get_redis
-from jobsapp.fetch import UnitOfWork
-from jobsapp.processor import Processor
-from jobsapp.retry import RetryPolicy
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.processor import Processor
+from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import HELD_ELSEWHERE, RAN_KEY, NeedsHeldLimiter, QueueCapped, UnderConcurrentLimit, UnderWindowLimit
 from tests.workers import WorkerProcess, wait_until
 
@@ -283,7 +283,7 @@ def test_a_process_shutting_down_releases_the_slots_of_its_jobs_still_running(re
 
 
 def test_the_slots_of_a_dead_process_are_released_when_its_jobs_are_recovered(redis):
-    from jobsapp.recovery import recover_list
+    from jobsapp.worker.recovery import recover_list
 
     # Given a process holding a slot of a 600 s lock timeout with its job in flight
     slots = limiter.concurrent("dead-holder", 1, wait_timeout=0, lock_timeout=600)

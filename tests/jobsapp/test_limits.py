@@ -12,7 +12,7 @@ import time
 import pytest
 from django.core.management import CommandError, call_command
 
-from jobsapp.launcher import MAX_CONCURRENCY, default_processes, max_processes
+from jobsapp.worker.launcher import MAX_CONCURRENCY, default_processes, max_processes
 from tests.workers import ROOT_DIR
 
 

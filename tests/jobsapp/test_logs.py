@@ -15,11 +15,11 @@ import pytest
 
 from jobsapp import logs
 from jobsapp.connection import get_redis
-from jobsapp.fetch import UnitOfWork
-from jobsapp.launcher import SECOND_SIGNAL_AFTER_SECONDS, WorkerOptions
-from jobsapp.launcher import WorkerProcess as Launched
-from jobsapp.processor import Processor
-from jobsapp.retry import RetryPolicy
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.launcher import SECOND_SIGNAL_AFTER_SECONDS, WorkerOptions
+from jobsapp.worker.launcher import WorkerProcess as Launched
+from jobsapp.worker.processor import Processor
+from jobsapp.worker.retry import RetryPolicy
 from tests.manual_clock import ManualClock
 from tests.testapp.jobs import Explode, Record, Sleep
 from tests.workers import WorkerProcess, wait_until

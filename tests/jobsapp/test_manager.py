@@ -19,14 +19,14 @@ import pytest
 import redis as redis_lib
 
 from jobsapp import connection, keys, middleware
-from jobsapp.aio import AsyncLane
 from jobsapp.connection import get_redis
-from jobsapp.fetch import BasicFetch, QueueOrder, ReliableFetch, UnitOfWork
-from jobsapp.heartbeat import new_identity
-from jobsapp.manager import Manager
-from jobsapp.processor import Processor, Result
-from jobsapp.retry import RetryPolicy
 from jobsapp.scripts import Acknowledged
+from jobsapp.worker.aio import AsyncLane
+from jobsapp.worker.fetch import BasicFetch, QueueOrder, ReliableFetch, UnitOfWork
+from jobsapp.worker.heartbeat import new_identity
+from jobsapp.worker.manager import Manager
+from jobsapp.worker.processor import Processor, Result
+from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import RAN_KEY, AsyncNap, Hold, Noop, Record, gate, open_every_gate
 from tests.workers import wait_until
 

@@ -9,7 +9,7 @@ import struct
 import pytest
 import redis as redis_lib
 
-from jobsapp.pop_connection import PopConnection, _Incomplete, pack_command, parse_pop_reply
+from jobsapp.worker.pop_connection import PopConnection, _Incomplete, pack_command, parse_pop_reply
 
 JOB = b'{"class":"X","args":[1],"queue":"a","jid":"0123456789abcdef01234567"}'
 

@@ -13,11 +13,11 @@ import threading
 import pytest
 from django.db import connection
 
-from jobsapp import processor as processor_module
 from jobsapp.connection import get_redis
-from jobsapp.fetch import UnitOfWork
-from jobsapp.processor import Processor
-from jobsapp.retry import RetryPolicy
+from jobsapp.worker import processor as processor_module
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.processor import Processor
+from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import RAN_KEY, Record
 
 INFLIGHT = "jobsapp:inflight:test:1:000000000000"

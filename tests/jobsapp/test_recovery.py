@@ -9,7 +9,7 @@ import random
 from jobsapp import keys
 from jobsapp.connection import get_redis
 from jobsapp.payload import RECOVERED_KEY
-from jobsapp.recovery import Sweeper
+from jobsapp.worker.recovery import Sweeper
 from tests.manual_clock import ManualClock
 from tests.redis_down import unreachable_redis
 from tests.testapp.jobs import Noop

@@ -10,10 +10,10 @@ import pytest
 from jobsapp import client, middleware
 from jobsapp.connection import get_redis
 from jobsapp.error_fields import compress_backtrace, decompress_backtrace
-from jobsapp.fetch import UnitOfWork
 from jobsapp.middleware import ServerMiddleware
 from jobsapp.payload import decode
-from jobsapp.retry import RetryPolicy, default_delay_seconds
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.retry import RetryPolicy, default_delay_seconds
 from tests.testapp.jobs import Explode
 
 INFLIGHT = "jobsapp:inflight:test:1:000000000000"
@@ -133,7 +133,7 @@ def test_backoff_formula_and_backtrace_encoding_match_sidekiq():
 )
 def test_failures_outside_perform_or_with_broken_messages_are_filed_like_any_failure(redis, in_flight, job, error_class):
     # Given a job that fails while being built, or raises something unusual
-    from jobsapp.processor import Processor
+    from jobsapp.worker.processor import Processor
 
     unit, _ = in_flight({"class": job, "args": []})
     # When a processor runs it, Then it is filed in the retry set (no requeue loop, no dead thread)

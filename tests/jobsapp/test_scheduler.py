@@ -8,7 +8,7 @@ import time
 
 from jobsapp import client
 from jobsapp.connection import get_redis
-from jobsapp.scheduler import Scheduler
+from jobsapp.worker.scheduler import Scheduler
 from tests.testapp.jobs import Noop
 
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from jobsapp.supervisor import MAX_RESTART_DELAY_SECONDS, RESTARTS_PER_MINUTE, Supervisor
+from jobsapp.worker.supervisor import MAX_RESTART_DELAY_SECONDS, RESTARTS_PER_MINUTE, Supervisor
 from tests.manual_clock import ManualClock
 
 

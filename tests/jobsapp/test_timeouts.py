@@ -16,10 +16,10 @@ from django.urls import reverse
 from jobsapp import Job, JobTimeout, client, keys, sidekiq_options
 from jobsapp.checks import check_settings
 from jobsapp.connection import get_redis
-from jobsapp.fetch import UnitOfWork
-from jobsapp.processor import Processor
-from jobsapp.retry import RetryPolicy
-from jobsapp.timeouts import Watchdog, timeout_seconds
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.processor import Processor
+from jobsapp.worker.retry import RetryPolicy
+from jobsapp.worker.timeouts import Watchdog, timeout_seconds
 from tests.jobsapp import sidekiq_data as data
 from tests.manual_clock import REAL_SECONDS_LIMIT, ManualClock
 from tests.testapp.jobs import RAN_KEY, BlockInC, SleepWhere, Spin

@@ -9,10 +9,10 @@ import threading
 import pytest
 
 from jobsapp.connection import get_redis
-from jobsapp.fetch import UnitOfWork
 from jobsapp.payload import decode
-from jobsapp.processor import Processor
-from jobsapp.retry import RetryPolicy
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.processor import Processor
+from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import RAN_KEY, Noop, UniqueRecord, UniqueUntilStart
 
 INFLIGHT = "jobsapp:inflight:unique-test"

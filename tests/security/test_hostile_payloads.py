@@ -18,11 +18,11 @@ from django.test import Client
 from django.urls import reverse
 
 from jobsapp import keys
-from jobsapp.fetch import UnitOfWork
 from jobsapp.payload import decode
-from jobsapp.processor import Processor
-from jobsapp.recovery import recover_list
-from jobsapp.retry import RetryPolicy
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.processor import Processor
+from jobsapp.worker.recovery import recover_list
+from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import RAN_KEY, RecordThenExplode, Rendezvous
 from tests.workers import WorkerProcess, wait_until
 

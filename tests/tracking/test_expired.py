@@ -7,9 +7,9 @@ import json
 import pytest
 
 from jobsapp.connection import get_redis
-from jobsapp.fetch import UnitOfWork
-from jobsapp.processor import Processor
-from jobsapp.retry import RetryPolicy
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.processor import Processor
+from jobsapp.worker.retry import RetryPolicy
 from tests.tracking.jobs import PlainTracked
 from tracking.models import Event, Task
 

@@ -340,8 +340,9 @@ def test_pushing_the_same_jid_twice_records_once(pop):
 
 
 def test_an_async_job_reports_progress_from_its_event_loop_when_tracking_writes_inline(pop, settings):
-    from jobsapp import aio, registry
+    from jobsapp import registry
     from jobsapp.middleware import run_server_chain
+    from jobsapp.worker import aio
 
     # Given tracking writing inline (BATCH_WRITES off) and messages due at once: a database call
     # from an async job's event loop raised SynchronousOnlyOperation and failed the job every time

@@ -9,8 +9,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from jobsapp import connection, logs, registry, shards
 from jobsapp.conf import jobs_settings
 from jobsapp.errors import UnknownShard
-from jobsapp.fetch import QueueOrder
-from jobsapp.launcher import MAX_CONCURRENCY, WorkerOptions, default_processes, limits_problem, run
+from jobsapp.worker.fetch import QueueOrder
+from jobsapp.worker.launcher import MAX_CONCURRENCY, WorkerOptions, default_processes, limits_problem, run
 
 
 class Command(BaseCommand):

@@ -39,17 +39,17 @@ from typing import TypeVar
 
 import redis
 
-from . import ending, keys, limiter, scripts
-from .clock import SYSTEM_CLOCK, Clock
-from .component import PollingComponent
-from .conf import jobs_settings
-from .connection import CONNECTION_ERRORS, REDIS_ERRORS, as_bytes, as_text
-from .ending import Fate
-from .errors import JobsError, RedisUnavailable
-from .middleware import notify
-from .outcomes import DeadReason, RequeueReason
-from .payload import RECOVERED_KEY, Item, compact_json, decode, encode_unchecked, malformed_item, now
-from .processes import prune_dead
+from .. import ending, keys, limiter, scripts
+from ..clock import SYSTEM_CLOCK, Clock
+from ..component import PollingComponent
+from ..conf import jobs_settings
+from ..connection import CONNECTION_ERRORS, REDIS_ERRORS, as_bytes, as_text
+from ..ending import Fate
+from ..errors import PoisonJob, RedisUnavailable
+from ..middleware import notify
+from ..outcomes import DeadReason, RequeueReason
+from ..payload import RECOVERED_KEY, Item, compact_json, decode, encode_unchecked, malformed_item, now
+from ..processes import prune_dead
 from .retry import dead_trim_args, with_error_fields
 
 logger = logging.getLogger("jobsapp.recovery")
@@ -58,10 +58,6 @@ logger = logging.getLogger("jobsapp.recovery")
 SWEEP_ERRORS: tuple[type[BaseException], ...] = (*REDIS_ERRORS, RedisUnavailable)
 
 T = TypeVar("T")
-
-
-class PoisonJob(JobsError):
-    """The job was in flight in a process that died, too many times in a row."""
 
 
 def pid_alive(pid: int) -> bool:

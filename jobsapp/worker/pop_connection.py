@@ -1,4 +1,4 @@
-"""One processor thread's own Redis connection for basic fetch's ``BRPOP`` (``jobsapp.fetch``).
+"""One processor thread's own Redis connection for basic fetch's ``BRPOP`` (``fetch``).
 
 Basic fetch is Sidekiq's: each processor thread blocks in a ``BRPOP`` of its own for the one job
 it runs next, one round trip per job. In a GIL-bound worker of ten threads a round trip costs

@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import keys
-from .clock import SYSTEM_CLOCK, Clock
-from .component import PollingComponent
-from .connection import CONNECTION_ERRORS, REDIS_ERRORS, follow_sentinel_master
-from .payload import compact_json
+from .. import keys
+from ..clock import SYSTEM_CLOCK, Clock
+from ..component import PollingComponent
+from ..connection import CONNECTION_ERRORS, REDIS_ERRORS, follow_sentinel_master
+from ..payload import compact_json
 
 if TYPE_CHECKING:
     import redis

@@ -31,12 +31,12 @@ from typing import cast
 
 import redis
 
-from . import faults, keys, scripts
-from .clock import SYSTEM_CLOCK, Clock
-from .component import PollingComponent
-from .conf import jobs_settings
-from .connection import as_bytes
-from .payload import decode, encode_unchecked
+from .. import faults, keys, scripts
+from ..clock import SYSTEM_CLOCK, Clock
+from ..component import PollingComponent
+from ..conf import jobs_settings
+from ..connection import as_bytes
+from ..payload import decode, encode_unchecked
 
 logger = logging.getLogger("jobsapp.scheduler")
 

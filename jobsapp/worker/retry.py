@@ -30,19 +30,19 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import import_string
 
-from . import faults, keys, scripts
-from .backoff import call_with_retry
-from .conf import jobs_settings
-from .error_fields import backtrace_lines, compress_backtrace, exception_class_name, safe_message
-from .middleware import notify
-from .outcomes import DeadReason, OutcomeKind
-from .payload import RECOVERED_KEY, Item, compact_json, now
+from .. import faults, keys, scripts
+from ..backoff import call_with_retry
+from ..conf import jobs_settings
+from ..error_fields import backtrace_lines, compress_backtrace, exception_class_name, safe_message
+from ..middleware import notify
+from ..outcomes import DeadReason, OutcomeKind
+from ..payload import RECOVERED_KEY, Item, compact_json, now
 
 if TYPE_CHECKING:
     import redis
 
+    from ..job import Job
     from .fetch import UnitOfWork
-    from .job import Job
 
 logger = logging.getLogger("jobsapp.retry")
 

@@ -46,10 +46,10 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-from .clock import SYSTEM_CLOCK, Clock
-from .component import Component
-from .errors import JobTimeout
-from .options import TIMEOUT_KEY, positive_seconds, timeout_seconds
+from ..clock import SYSTEM_CLOCK, Clock
+from ..component import Component
+from ..errors import JobTimeout
+from ..options import TIMEOUT_KEY, positive_seconds, timeout_seconds
 
 logger = logging.getLogger("jobsapp.timeouts")
 

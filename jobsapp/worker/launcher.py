@@ -51,19 +51,20 @@ from functools import partial
 
 import redis
 
-from . import aio, connection, keys, shards
-from .backoff import Backoff
-from .clock import SYSTEM_CLOCK, Clock
-from .component import Component
-from .conf import jobs_settings
-from .connection import CONNECTION_ERRORS, REDIS_ERRORS
+from .. import connection, keys, shards
+from ..backoff import Backoff
+from ..clock import SYSTEM_CLOCK, Clock
+from ..component import Component
+from ..conf import jobs_settings
+from ..connection import CONNECTION_ERRORS, REDIS_ERRORS
+from ..middleware import notify
+from ..periodic import PeriodicScheduler
+from ..periodic import definitions as periodic_definitions
+from . import aio
 from .fetch import BasicFetch, QueueOrder, ReliableFetch, strategy
 from .fetch import build as build_fetch
 from .heartbeat import Heartbeat, new_identity
 from .manager import Manager
-from .middleware import notify
-from .periodic import PeriodicScheduler
-from .periodic import definitions as periodic_definitions
 from .processor import Processor
 from .recovery import Quarantine, Sweeper, claim_slot, recover_list
 from .retry import RetryPolicy
@@ -267,7 +268,7 @@ class WorkerProcess:
                 self.quiet_requested.set()
             elif name == "TTIN":
                 dump_threads()
-            elif name == HARD_LIMIT_SIGNAL:  # jobsapp.timeouts: a job is stuck in a blocking call; stop now
+            elif name == HARD_LIMIT_SIGNAL:  # timeouts: a job is stuck in a blocking call; stop now
                 logger.error("a job outlived TIMEOUT_HARD_LIMIT_SECONDS: stopping now, running jobs go back to their queues")
                 self.exit_code = EXIT_HARD_LIMIT
                 self.hurry_requested.set()

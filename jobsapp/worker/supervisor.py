@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 from django.db import connections
 
-from . import connection
-from .clock import SYSTEM_CLOCK, Clock
+from .. import connection
+from ..clock import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger("jobsapp.supervisor")
 

@@ -8,7 +8,7 @@ in-flight list ``jobsapp:inflight:<identity>`` (``fetch.lua``: up to a batch per
 A job leaves the in-flight list only by being acknowledged (``ack.lua``, batched), filed in the
 retry or dead set (``retry.lua``), or put back at the front of its queue (``requeue.lua``). A
 process killed with SIGKILL therefore loses nothing: its list is recovered on restart in the
-same slot, or by the orphan sweeper once its heartbeat key has expired (``jobsapp.recovery``).
+same slot, or by the orphan sweeper once its heartbeat key has expired (``recovery``).
 
 Basic fetch is Sidekiq's ``BRPOP``: a job is only in the worker's memory while it runs, so a
 SIGKILL loses the running jobs. It exists for parity and to show what reliable fetch prevents.
@@ -31,10 +31,10 @@ from typing import Protocol
 
 import redis
 
-from . import keys, scripts
-from .connection import as_bytes, as_text
+from .. import keys, scripts
+from ..connection import as_bytes, as_text
+from ..scripts import Acknowledged
 from .pop_connection import PopConnection, pack_command
-from .scripts import Acknowledged
 
 #: Daily stats counters live five years, as Sidekiq's.
 DAILY_STATS_TTL_SECONDS = 5 * 365 * 24 * 3600
@@ -393,7 +393,7 @@ class BasicFetch:
     """Sidekiq's BRPOP fetch: each processor thread blocks in its own ``BRPOP`` over its queues
     (strict or weighted-random order per call, as the QueueOrder says) on a connection of its
     own, runs the job, and takes the next. That connection is a ``PopConnection``
-    (``jobsapp.pop_connection``): a BRPOP is one send of bytes packed once per queue order and
+    (``pop_connection``): a BRPOP is one send of bytes packed once per queue order and
     one blocking read, without the two ``poll`` calls and the client layers of redis-py's path.
     A job lives only in memory while it runs (lost on SIGKILL); there is nothing in flight in
     Redis to acknowledge, so an ack only counts it.
@@ -446,7 +446,7 @@ class BasicFetch:
             return self._paused
 
     def _pop_connection(self) -> PopConnection:
-        """This thread's own connection, held for good (``jobsapp.pop_connection``: a BRPOP is
+        """This thread's own connection, held for good (``pop_connection``: a BRPOP is
         one send and one read on it, without a pool check-out or the client's layers)."""
         pop: PopConnection | None = getattr(self._local, "pop", None)
         if pop is None:

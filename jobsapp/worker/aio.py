@@ -70,9 +70,9 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import SyncToAsync, async_to_sync
 
-from .clock import SYSTEM_CLOCK, Clock
-from .component import Component
-from .errors import JobTimeout
+from ..clock import SYSTEM_CLOCK, Clock
+from ..component import Component
+from ..errors import JobTimeout
 
 logger = logging.getLogger("jobsapp.aio")
 

@@ -32,9 +32,9 @@ import time
 
 import redis
 
-from .backoff import Backoff
+from ..backoff import Backoff
+from ..processes import DurationCounter
 from .fetch import Fetch, UnitOfWork
-from .processes import DurationCounter
 from .processor import Result
 
 logger = logging.getLogger("jobsapp.acker")

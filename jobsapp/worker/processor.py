@@ -3,7 +3,7 @@
 Called in a processor thread (``jobsapp.processor-<n>``) owned by the manager. An async job
 (``async def perform``) is not run there: ``process`` returns None right after the lookup, and the
 manager hands the unit to the async lane, whose thread calls ``process`` again; the chain is the
-same, its innermost step awaits the coroutine on the process's event loop (``jobsapp.aio``).
+same, its innermost step awaits the coroutine on the process's event loop (``aio``).
 What becomes of the job is returned to the manager, which acknowledges it in the next batch:
 
 - success: acknowledged, counted processed;
@@ -19,9 +19,9 @@ What becomes of the job is returned to the manager, which acknowledges it in the
   failing on a hostile field, an engine bug): parked in the dead set as malformed, once
   (``park``); never requeued, so a payload cannot make a worker loop hot;
 - ``NoRetryError``: acknowledged, counted failed, not retried (middleware records why);
-- past ``sidekiq_options(timeout=...)`` (a sync job; ``jobsapp.timeouts``): ``JobTimeout`` raised
+- past ``sidekiq_options(timeout=...)`` (a sync job; ``timeouts``): ``JobTimeout`` raised
   in its thread, filed as any exception below (an async job's coroutine is cancelled instead and
-  ``JobTimeout`` raised in its place, ``jobsapp.aio``);
+  ``JobTimeout`` raised in its place, ``aio``);
 - any other exception: ``RetryPolicy`` files it in retry or dead atomically with its ack.
 
 Django database connections are per thread: stale ones are closed before and after each job,
@@ -49,20 +49,21 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
 from django.db.backends.signals import connection_created
 
-from . import aio, ending, expiry, faults, limiter, logs, registry, timeouts, unique
-from .conf import jobs_settings
-from .connection import CONNECTION_ERRORS, REDIS_ERRORS
-from .ending import Fate
-from .error_fields import safe_message
-from .errors import JobTimeout, MalformedPayload, NoRetryError, UnknownJobClass
-from .middleware import notify, run_server_chain
-from .outcomes import DeadReason, OutcomeKind, RequeueReason
-from .payload import RECOVERED_KEY, Item, decode, malformed_item, now, timestamp_seconds
-from .result_writer import run_recorded
+from .. import ending, expiry, faults, limiter, logs, registry, unique
+from ..conf import jobs_settings
+from ..connection import CONNECTION_ERRORS, REDIS_ERRORS
+from ..ending import Fate
+from ..error_fields import safe_message
+from ..errors import JobTimeout, MalformedPayload, NoRetryError, UnknownJobClass
+from ..middleware import notify, run_server_chain
+from ..outcomes import DeadReason, OutcomeKind, RequeueReason
+from ..payload import RECOVERED_KEY, Item, decode, malformed_item, now, timestamp_seconds
+from ..result_writer import run_recorded
+from . import aio, timeouts
 
 if TYPE_CHECKING:
+    from ..job import Job
     from .fetch import UnitOfWork
-    from .job import Job
     from .recovery import Quarantine
     from .retry import RetryPolicy
     from .timeouts import Watchdog
@@ -124,7 +125,7 @@ class Processor:
         async_lane: aio.AsyncLane | None = None,
     ) -> None:
         self.policy = policy
-        self.async_lane = async_lane  # where async jobs run; None: in the calling thread (jobsapp.aio)
+        self.async_lane = async_lane  # where async jobs run; None: in the calling thread (aio)
         self.quarantine = quarantine  # runs jobs recovered from dead processes one at a time
         self.watchdog = watchdog or timeouts.default_watchdog()  # sync jobs' sidekiq_options(timeout=...)
         # units the hard limit filed in retry/dead while their thread still runs them: no longer in
@@ -144,7 +145,7 @@ class Processor:
         as malformed, once (a Redis error while filing at a hard stop is the only exception).
 
         None: an async job, not run here; the manager hands the unit to the async lane, whose
-        thread calls ``process`` again (``jobsapp.aio``)."""
+        thread calls ``process`` again (``aio``)."""
         started = time.monotonic()
         try:
             return self._process(unit, started)

@@ -16,14 +16,14 @@ Threads (all daemons, named), for a fetch strategy that takes batches (reliable 
 - ``jobsapp.processor-<n>`` (``concurrency`` of them) take units from the buffer and run them.
   A fetch wakes one waiting thread; a thread that takes a unit and leaves more wakes the next,
   so a thread that finishes its job meanwhile takes one without any wake-up.
-  An async job (``async def perform``) is handed to the async lane (``jobsapp.aio``) once it has
+  An async job (``async def perform``) is handed to the async lane (``aio``) once it has
   a free slot, and the thread goes back for the next unit; while the lane is full the thread
   waits with its unit (counted busy, so the fetcher takes no more). The lane's running jobs are
   in the running set (the busy list) under pseudo thread ids, and are recorded and acknowledged
   like any other; fair fetch counts the processor threads, and while the latest job taken was
   async, the lane's free slots too.
 - ``jobsapp.acker`` acknowledges finished jobs and adds to the stats counters in batches
-  (``jobsapp.acker``).
+  (``acker``).
 
 With a per-thread strategy (``Fetch.per_thread``: basic fetch, Sidekiq's) there is no fetcher
 and no buffer: each processor thread blocks in its own fetch for the one job it runs next, so a
@@ -32,7 +32,7 @@ full, the threads wait for a free slot before fetching).
 
 Lifecycle: ``start()``; ``quiet()`` stops fetching and puts the buffered, not yet started jobs
 back at the front of their queues; ``stop(deadline)`` quiets, waits for running jobs until the
-deadline, cancels the async jobs still running (their threads park, see ``jobsapp.aio``), flushes
+deadline, cancels the async jobs still running (their threads park, see ``aio``), flushes
 acknowledgements, then puts every still-running job back at the front of its queue
 (``requeue.lua``, guarded so a job is never both requeued and filed in retry) and tells
 middleware through ``on_requeue``.
@@ -50,15 +50,15 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from itertools import chain
 
-from . import ending, faults, limiter, registry
+from .. import ending, faults, limiter, registry
+from ..backoff import Backoff, call_with_retry
+from ..conf import jobs_settings
+from ..connection import CONNECTION_ERRORS, REDIS_ERRORS
+from ..payload import decode
+from ..processes import DurationCounter
 from .acker import Acker
 from .aio import PSEUDO_THREAD_ID_BASE, AsyncLane
-from .backoff import Backoff, call_with_retry
-from .conf import jobs_settings
-from .connection import CONNECTION_ERRORS, REDIS_ERRORS
 from .fetch import Fetch, UnitOfWork
-from .payload import decode
-from .processes import DurationCounter
 from .processor import Processor
 
 logger = logging.getLogger("jobsapp.manager")
