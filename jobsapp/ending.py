@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import batch, periodic, results, unique
 from .middleware import notify
-from .outcomes import DeadReason, OutcomeKind
+from .outcomes import DeadReason, OutcomeKind, RequeueReason
 from .payload import Item, now
 from .result_writer import recorder
 
@@ -173,7 +173,7 @@ def finish(
             logger.exception("jid=%s: the %r hook failed at the end of the job (%s)", item.get("jid"), key, fate)
 
 
-def put_back(item: Item, *, reason: str) -> None:
+def put_back(item: Item, *, reason: RequeueReason) -> None:
     """The job went back to its queue unfinished (shutdown, a dead process's recovery, a full
     limiter): not an ending. A retained job's record says ``queued`` again, then server middleware
     hears ``on_requeue`` with ``reason`` (a ``RequeueReason``)."""

@@ -85,13 +85,19 @@ class Acker:
         self._thread = threading.Thread(target=self._run, name="jobsapp.acker", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Send what is left and end the thread (waits at most ``STOP_JOIN_SECONDS``)."""
+    def stop(self, deadline: float | None = None) -> None:
+        """Send what is left and end the thread, the lifecycle of ``jobsapp.component``: join it
+        until ``deadline`` (monotonic), at most ``STOP_JOIN_SECONDS``. A batch still on its way
+        then is the daemon thread's to finish; a job whose ack never reaches Redis stays in flight
+        and runs again (at-least-once)."""
         with self._lock:
             self._stopping = True
             self._ready.notify_all()
         if self._thread is not None:
-            self._thread.join(STOP_JOIN_SECONDS)
+            timeout = STOP_JOIN_SECONDS
+            if deadline is not None:
+                timeout = max(0.0, min(timeout, deadline - time.monotonic()))
+            self._thread.join(timeout)
 
     def record(self, unit: UnitOfWork, result: Result) -> None:
         """A processor thread finished ``unit``: acknowledge it (when it is still in flight) and

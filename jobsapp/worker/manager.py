@@ -54,6 +54,7 @@ from .. import ending, faults, limiter, registry
 from ..backoff import Backoff, call_with_retry
 from ..conf import jobs_settings
 from ..connection import CONNECTION_ERRORS, REDIS_ERRORS
+from ..outcomes import RequeueReason
 from ..payload import decode
 from ..processes import DurationCounter
 from .acker import Acker
@@ -72,6 +73,9 @@ def queue_of(raw: bytes) -> str:
         queue = None
     return queue if isinstance(queue, str) and queue else str(jobs_settings.DEFAULT_QUEUE)
 
+
+#: At stop, how long the acker gets to send the finished jobs' acks (after the running jobs' deadline).
+ACK_FLUSH_SECONDS = 10.0
 
 #: At stop, how long the idle processor threads of a per-thread fetch get to leave their fetch.
 IDLE_THREAD_JOIN_SECONDS = 0.5
@@ -179,7 +183,7 @@ class Manager:
             self._room.notify_all()
         self.fetch.interrupt()
         unstarted.extend(self.fetch.collect_pending())
-        self._requeue(unstarted, reason="quiet")
+        self._requeue(unstarted, reason=RequeueReason.QUIET)
         logger.info("quiet: fetching stopped, %d buffered jobs put back", len(unstarted))
 
     def stop(self, deadline: float) -> int:
@@ -197,15 +201,17 @@ class Manager:
             unfinished = [running.unit for running in self._running.values() if not any(running.unit is unit for unit in filed)]
         if self.async_lane is not None:  # cancels the jobs still running: their threads park; put back below, never filed
             self.async_lane.stop(deadline)
-        self.acker.stop()
+        # the finished jobs' acks get their own time, past the running jobs' deadline: a finished
+        # job whose ack is not sent runs again
+        self.acker.stop(time.monotonic() + ACK_FLUSH_SECONDS)
         if self._fetcher is not None:
             self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.block_seconds + 1)))
         if self.fetch.per_thread:
             self._end_own_fetches()
-        self._requeue(self.fetch.collect_pending(), reason="quiet")
+        self._requeue(self.fetch.collect_pending(), reason=RequeueReason.QUIET)
         if unfinished:
             logger.warning("shutdown: %d jobs still running at the deadline are put back on their queues", len(unfinished))
-            self._requeue(unfinished, reason="shutdown")
+            self._requeue(unfinished, reason=RequeueReason.SHUTDOWN)
         limiter.release_at_exit(self.processor.policy.client, self.fetch.inflight_key)  # theirs, and those stuck past the hard limit
         return len(unfinished)
 
@@ -292,7 +298,7 @@ class Manager:
                     self._work_ready.notify()
                     units = []
             if units:  # quieted while the fetch was in flight: give them back
-                self._requeue(units, reason="quiet")
+                self._requeue(units, reason=RequeueReason.QUIET)
 
     def _process_loop(self) -> None:
         ident = threading.get_ident()
@@ -359,7 +365,7 @@ class Manager:
                 self._running[ident] = Running(unit, time.time())
                 return unit
         if units:  # quieted while blocked: back to the front of their queues
-            self._requeue(units, reason="quiet")
+            self._requeue(units, reason=RequeueReason.QUIET)
         return None
 
     def _take_own_unit(self, ident: int, backoff: Backoff) -> UnitOfWork | None:
@@ -389,7 +395,7 @@ class Manager:
                     self._running[ident] = Running(units[0], time.time())
                     return units[0]
             if units:
-                self._requeue(units, reason="quiet")  # popped as the process went quiet: back to the front
+                self._requeue(units, reason=RequeueReason.QUIET)  # popped as the process went quiet: back to the front
         return None
 
     def _run(self, ident: int, unit: UnitOfWork) -> None:
@@ -405,7 +411,7 @@ class Manager:
         except REDIS_ERRORS as exc:  # Redis refusing a write (e.g. OOM) around a job: back on its queue once Redis takes it
             logger.error("queue=%s Redis refused a write around a job (%s); it goes back to its queue", unit.queue, exc)
             self._leave(ident)
-            self._requeue([unit], reason="error", persistent=True)
+            self._requeue([unit], reason=RequeueReason.ERROR, persistent=True)
             return
         except Exception as exc:  # noqa: BLE001  # an engine bug: parked in the dead set, never requeued into a hot loop
             self._leave(ident)
@@ -440,7 +446,7 @@ class Manager:
         while not lane.acquire_slot(0.2):
             if self._quiet.is_set():
                 self._leave(ident)
-                self._requeue([unit], reason="quiet")
+                self._requeue([unit], reason=RequeueReason.QUIET)
                 return
         pseudo = lane.new_pseudo_thread_id()
         with self._lock:  # moved in one step: _reconcile and stop always see the unit
@@ -509,10 +515,10 @@ class Manager:
                 strays.append(UnitOfWork(raw, queue_of(raw)))
         if strays:
             logger.warning("fetch: %d jobs moved in flight by a fetch whose reply was lost go back to their queues", len(strays))
-            self._requeue(strays, reason="reconcile")
+            self._requeue(strays, reason=RequeueReason.RECONCILE)
         return fetched
 
-    def _requeue(self, units: list[UnitOfWork], *, reason: str, persistent: bool = False) -> None:
+    def _requeue(self, units: list[UnitOfWork], *, reason: RequeueReason, persistent: bool = False) -> None:
         """Put units back at the front of their queues. ``persistent`` (a live process putting
         back one job it could not handle) retries through a Redis outage until the process stops
         for good: nobody else would recover a live process's in-flight job."""
@@ -533,6 +539,6 @@ class Manager:
                 item = decode(unit.raw)
             except ValueError:  # malformed: nothing for middleware to record
                 continue
-            if reason == "shutdown":
+            if reason == RequeueReason.SHUTDOWN:
                 logger.info("class=%s jid=%s queue=%s put back (unfinished at shutdown)", item.get("class"), item.get("jid"), unit.queue)
             ending.put_back(item, reason=reason)
