@@ -170,7 +170,7 @@ def withdraw(client: redis.Redis, bid: str) -> None:
     _update(client, bid, "withdrawn", "")
 
 
-def _update(client: redis.Redis, bid: str, event: str, jid: str) -> Any:
+def _update(client: redis.Redis, bid: str, event: str, jid: str) -> scripts.BatchUpdate:
     fields = client.hmget(keys.batch(bid), ["on_complete_queue", "on_success_queue"])
     complete_queue, success_queue = (as_text(value) if value else "" for value in fields)
     return scripts.batch_update(

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import batch as job_batch
-from . import keys, options, registry, results, shards, unique
+from . import keys, options, registry, results, scripts, shards, unique
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, describe, follow_sentinel_master, get_redis, refuses_writes, unavailable
 from .errors import ReplicationTimeout
@@ -176,7 +176,7 @@ def _write(connection: redis.Redis, prepared: list[_Prepared], *, shard: str = s
     if not unique_entries:
         return set()
     pushed = replies[unique_replies_from : unique_replies_from + len(unique_entries)]
-    refused = {entry.jid for entry, reply in zip(unique_entries, pushed, strict=True) if not int(reply)}
+    refused = {entry.jid for entry, reply in zip(unique_entries, pushed, strict=True) if not scripts.unique_push_reply(reply)}
     for entry in unique_entries:
         if entry.batch is not None and entry.jid in refused:  # counted in its batch, never pushed
             job_batch.withdraw(connection, entry.batch)

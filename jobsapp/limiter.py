@@ -236,7 +236,7 @@ def _release_tokens(client: redis.Redis, identity: str, wanted: Callable[[str], 
     for token, name in client.hgetall(permits_key).items():
         token_text = as_text(token)
         if wanted(token_text):
-            released += int(scripts.limiter_release(client, name=as_text(name), token=token_text, permits_key=permits_key)) > 0
+            released += scripts.limiter_release(client, name=as_text(name), token=token_text, permits_key=permits_key) > 0
     return released
 
 
@@ -403,7 +403,7 @@ class Concurrent(Limiter):
         return permit
 
     def _try(self, client: redis.Redis, permit: Permit) -> tuple[bool, float]:
-        granted, value = scripts.limiter_concurrent(
+        admission = scripts.limiter_concurrent(
             client,
             name=self.name,
             token=permit.token,
@@ -411,11 +411,11 @@ class Concurrent(Limiter):
             lock_timeout_seconds=self.lock_timeout,
             permits_key=permit.permits_key,
         )
-        if int(granted) and permit.holder is not None and permit.holder.ended:
+        if admission.granted and permit.holder is not None and permit.holder.ended:
             # granted to a job that is over (an async wait outliving its cancelled job): given back
             self.release(permit, client)
             raise OverLimit(self.name, 0.0, self)
-        return bool(int(granted)), float(value)
+        return admission
 
     def _forget(self, permit: Permit) -> None:
         holder = permit.holder
@@ -423,7 +423,7 @@ class Concurrent(Limiter):
             holder.permits.remove(permit)
 
     def release(self, permit: Permit, client: redis.Redis | None = None) -> int:
-        released = int(scripts.limiter_release(client or get_redis(), name=self.name, token=permit.token, permits_key=permit.permits_key))
+        released = scripts.limiter_release(client or get_redis(), name=self.name, token=permit.token, permits_key=permit.permits_key)
         holder = permit.holder
         if holder is not None and permit in holder.permits:  # after the script (see Holder)
             holder.permits.remove(permit)
@@ -455,8 +455,7 @@ class Window(Limiter):
         self.per_seconds = _seconds(per)
 
     def _try(self, client: redis.Redis, permit: Permit) -> tuple[bool, float]:
-        granted, value = scripts.limiter_window(client, name=self.name, token=permit.token, count=self.count, per_seconds=self.per_seconds)
-        return bool(int(granted)), float(value)
+        return scripts.limiter_window(client, name=self.name, token=permit.token, count=self.count, per_seconds=self.per_seconds)
 
     def describe(self) -> dict[str, str]:
         return {"kind": self.kind, "limit": str(self.count), "per_seconds": repr(self.per_seconds)}
@@ -471,8 +470,7 @@ class Bucket(Limiter):
         self.per_seconds = _seconds(per)
 
     def _try(self, client: redis.Redis, permit: Permit) -> tuple[bool, float]:
-        granted, value = scripts.limiter_bucket(client, name=self.name, count=self.count, per_seconds=self.per_seconds)
-        return bool(int(granted)), float(value)
+        return scripts.limiter_bucket(client, name=self.name, count=self.count, per_seconds=self.per_seconds)
 
     def describe(self) -> dict[str, str]:
         return {"kind": self.kind, "limit": str(self.count), "per_seconds": repr(self.per_seconds)}

@@ -9,7 +9,9 @@ transparently; redis-py's Script object does that for us.
 Below the loader, one keyword-only function per script, same name as its file: the only place
 that turns arguments into KEYS and ARGV (in the order of the script's header), with key names
 from ``keys.py``. A wrong ARGV order writes wrong bytes and Redis does not complain, so no other
-module builds them.
+module builds them. Each also owns the other direction: it parses what its script returns into a
+typed value (a bool, a count, a named tuple), so no caller indexes into a raw reply. A script
+queued on a pipeline (whose reply arrives with the pipeline's) has a ``*_reply`` parser beside it.
 """
 
 from __future__ import annotations
@@ -66,12 +68,8 @@ def script(name: str) -> Runner:
     return runner
 
 
-#: A client or a pipeline: every function below takes either (a pipeline queues the call).
-Client = redis.Redis | redis.client.Pipeline
-
-
 def retry(
-    client: Client,
+    client: redis.Redis,
     *,
     inflight_key: str,
     target_set: str,
@@ -81,78 +79,116 @@ def retry(
     jid: str,
     dead_cutoff: str = "",
     dead_max_jobs: int = 0,
-) -> Any:
+) -> bool:
     """``retry.lua``: file a failed job in ``target_set`` (``keys.RETRY`` or ``keys.DEAD``, trimmed
-    by ``dead_cutoff``/``dead_max_jobs``) and un-flight it; 1 when filed, 0 when no longer in flight."""
-    return script("retry")(client, [inflight_key, target_set, keys.RECOVERIES], [raw, repr(score), member, jid, dead_cutoff, dead_max_jobs])
+    by ``dead_cutoff``/``dead_max_jobs``) and un-flight it; whether it was filed (False: no longer
+    in flight, nothing written)."""
+    reply = script("retry")(
+        client, [inflight_key, target_set, keys.RECOVERIES], [raw, repr(score), member, jid, dead_cutoff, dead_max_jobs]
+    )
+    return bool(int(reply))
 
 
-def recover_requeue(client: Client, *, inflight_key: str, raw: bytes, queue: str, jid: str, marked: bytes, blamed: bool) -> Any:
+def recover_requeue(client: redis.Redis, *, inflight_key: str, raw: bytes, queue: str, jid: str, marked: bytes, blamed: bool) -> int:
     """``recover_requeue.lua``: a dead process's in-flight job back on ``queue`` (``marked`` pushed
     instead of ``raw`` when not empty); the recovery count, or 0 when it was gone."""
-    return script("recover_requeue")(
+    reply = script("recover_requeue")(
         client, [inflight_key, keys.queue(queue), keys.QUEUES, keys.RECOVERIES], [raw, queue, jid, marked, 1 if blamed else 0]
     )
+    return int(reply)
 
 
 def recover_bury(
-    client: Client, *, inflight_key: str, raw: bytes, member: str, jid: str, died_at: float, dead_cutoff: str, dead_max_jobs: int
-) -> Any:
-    """``recover_bury.lua``: a dead process's in-flight job into the dead set as ``member``; -1, or
-    0 when it was gone."""
-    return script("recover_bury")(
+    client: redis.Redis, *, inflight_key: str, raw: bytes, member: str, jid: str, died_at: float, dead_cutoff: str, dead_max_jobs: int
+) -> bool:
+    """``recover_bury.lua``: a dead process's in-flight job into the dead set as ``member``; whether
+    it was buried (False: it was gone, nothing written)."""
+    reply = script("recover_bury")(
         client, [inflight_key, keys.DEAD, keys.RECOVERIES], [raw, member, jid, repr(died_at), dead_cutoff, dead_max_jobs]
     )
+    return int(reply) != 0
 
 
-def schedule_move(client: Client, *, set_key: str, moves: Sequence[tuple[bytes, str, bytes | str]]) -> Any:
+def schedule_move(client: redis.Redis, *, set_key: str, moves: Sequence[tuple[bytes, str, bytes | str]]) -> int:
     """``schedule_move.lua``: move due ``(member, queue, payload)`` entries of ``set_key``
     (``keys.SCHEDULE`` or ``keys.RETRY``) to their queues; how many this call moved."""
-    return script("schedule_move")(
+    reply = script("schedule_move")(
         client,
         [set_key, keys.QUEUES, *[keys.queue(queue) for _, queue, _ in moves]],
         [len(moves), *[member for member, _, _ in moves], *[payload for _, _, payload in moves], *[queue for _, queue, _ in moves]],
     )
+    return int(reply)
 
 
-def unique_push(client: Client, *, lock_key: str, ttl_ms: int, jid: str, data: bytes | str, queue: str, at: float | None) -> Any:
-    """``unique_push.lua``: take a unique job's lock and push it (to ``schedule`` when ``at`` is
-    given, else to ``queue``); 1 when pushed, 0 when refused."""
+def unique_push(
+    pipe: redis.client.Pipeline, *, lock_key: str, ttl_ms: int, jid: str, data: bytes | str, queue: str, at: float | None
+) -> None:
+    """``unique_push.lua``, queued on ``pipe``: take a unique job's lock and push it (to
+    ``schedule`` when ``at`` is given, else to ``queue``); its reply is ``unique_push_reply``'s."""
     target = keys.SCHEDULE if at is not None else keys.queue(queue)
-    return script("unique_push")(
-        client, [lock_key, keys.QUEUES, target], [jid, ttl_ms, data, "" if at is not None else queue, "" if at is None else repr(at)]
+    script("unique_push")(
+        pipe, [lock_key, keys.QUEUES, target], [jid, ttl_ms, data, "" if at is not None else queue, "" if at is None else repr(at)]
     )
 
 
-def unique_release(client: Client, *, digest: str, jid: str) -> Any:
-    """``unique_release.lua``: drop the unique lock ``digest`` if ``jid`` holds it; 1 or 0."""
-    return script("unique_release")(client, [keys.unique_lock(digest)], [jid])
+def unique_push_reply(reply: Any) -> bool:
+    """Whether ``unique_push.lua`` pushed the job (False: refused, another holds the lock)."""
+    return bool(int(reply))
 
 
-def limiter_concurrent(client: Client, *, name: str, token: str, size: int, lock_timeout_seconds: float, permits_key: str) -> Any:
+def unique_release(client: redis.Redis, *, digest: str, jid: str) -> bool:
+    """``unique_release.lua``: drop the unique lock ``digest`` if ``jid`` holds it; whether it did."""
+    return bool(int(script("unique_release")(client, [keys.unique_lock(digest)], [jid])))
+
+
+class Admission(NamedTuple):
+    """A limiter script's reply: whether the slot (or the call) was granted, and ``value``: the
+    server's time when granted, the seconds to wait before asking again when not."""
+
+    granted: bool
+    value: float
+
+
+def _admission(reply: Any) -> Admission:
+    granted, value = reply
+    return Admission(bool(int(granted)), float(value))
+
+
+def limiter_concurrent(
+    client: redis.Redis, *, name: str, token: str, size: int, lock_timeout_seconds: float, permits_key: str
+) -> Admission:
     """``limiter_concurrent.lua``: take one of ``size`` slots, recorded in ``permits_key`` (the
-    holder's process); {1, server time} or {0, wait seconds}."""
-    return script("limiter_concurrent")(client, [keys.limiter_holders(name), permits_key], [token, size, repr(lock_timeout_seconds), name])
+    holder's process)."""
+    return _admission(
+        script("limiter_concurrent")(client, [keys.limiter_holders(name), permits_key], [token, size, repr(lock_timeout_seconds), name])
+    )
 
 
-def limiter_window(client: Client, *, name: str, token: str, count: int, per_seconds: float) -> Any:
-    """``limiter_window.lua``: admit ``count`` per sliding ``per_seconds``; {1, time} or {0, wait seconds}."""
-    return script("limiter_window")(client, [keys.limiter_holders(name)], [token, count, repr(per_seconds)])
+def limiter_window(client: redis.Redis, *, name: str, token: str, count: int, per_seconds: float) -> Admission:
+    """``limiter_window.lua``: admit ``count`` per sliding ``per_seconds``."""
+    return _admission(script("limiter_window")(client, [keys.limiter_holders(name)], [token, count, repr(per_seconds)]))
 
 
-def limiter_bucket(client: Client, *, name: str, count: int, per_seconds: float) -> Any:
-    """``limiter_bucket.lua``: admit ``count`` per fixed ``per_seconds`` interval; {1, time} or {0, wait seconds}."""
-    return script("limiter_bucket")(client, [keys.limiter(name)], [count, repr(per_seconds)])
+def limiter_bucket(client: redis.Redis, *, name: str, count: int, per_seconds: float) -> Admission:
+    """``limiter_bucket.lua``: admit ``count`` per fixed ``per_seconds`` interval."""
+    return _admission(script("limiter_bucket")(client, [keys.limiter(name)], [count, repr(per_seconds)]))
 
 
-def api_move_to_queue(client: Client, *, set_key: str, member: bytes, queue: str, data: bytes | str) -> Any:
-    """``api_move_to_queue.lua``: move ``member`` of ``set_key`` to ``queue`` as ``data``; 1 or 0."""
-    return script("api_move_to_queue")(client, [set_key, keys.QUEUES, keys.queue(queue)], [member, queue, data])
+def api_move_to_queue(pipe: redis.client.Pipeline, *, set_key: str, member: bytes, queue: str, data: bytes | str) -> None:
+    """``api_move_to_queue.lua``, queued on ``pipe``: move ``member`` of ``set_key`` to ``queue``
+    as ``data``; its reply is ``moved_reply``'s."""
+    script("api_move_to_queue")(pipe, [set_key, keys.QUEUES, keys.queue(queue)], [member, queue, data])
 
 
-def api_kill(client: Client, *, set_key: str, member: bytes, now: float, oldest_kept: float, dead_max_jobs: int) -> Any:
-    """``api_kill.lua``: move ``member`` of ``set_key`` to the dead set, trimmed; 1 or 0."""
-    return script("api_kill")(client, [set_key, keys.DEAD], [member, repr(now), repr(oldest_kept), dead_max_jobs])
+def api_kill(pipe: redis.client.Pipeline, *, set_key: str, member: bytes, now: float, oldest_kept: float, dead_max_jobs: int) -> None:
+    """``api_kill.lua``, queued on ``pipe``: move ``member`` of ``set_key`` to the dead set,
+    trimmed; its reply is ``moved_reply``'s."""
+    script("api_kill")(pipe, [set_key, keys.DEAD], [member, repr(now), repr(oldest_kept), dead_max_jobs])
+
+
+def moved_reply(reply: Any) -> bool:
+    """Whether ``api_move_to_queue.lua`` or ``api_kill.lua`` moved its member (False: it was gone)."""
+    return bool(int(reply))
 
 
 @dataclass(frozen=True)
@@ -167,7 +203,7 @@ class PeriodicClaim:
 
 
 def periodic_claim(
-    client: Client,
+    client: redis.Redis,
     *,
     name: str,
     queue: str,
@@ -195,8 +231,16 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+class BatchUpdate(NamedTuple):
+    """``batch_update.lua``'s reply: the jobs still pending (-1: no such batch) and the callbacks
+    this call pushed (``"complete"``, ``"success"``)."""
+
+    pending: int
+    fired: frozenset[str]
+
+
 def batch_update(
-    client: Client,
+    client: redis.Redis,
     *,
     bid: str,
     event: str,
@@ -206,10 +250,10 @@ def batch_update(
     complete_jid: str,
     success_jid: str,
     ttl_seconds: int,
-) -> Any:
+) -> BatchUpdate:
     """``batch_update.lua``: count ``event`` for batch ``bid`` and push its callbacks (to
-    ``complete_queue`` / ``success_queue``, '' when none) once; {pending, fired}."""
-    return script("batch_update")(
+    ``complete_queue`` / ``success_queue``, '' when none) once."""
+    pending, fired = script("batch_update")(
         client,
         [
             keys.batch(bid),
@@ -221,16 +265,17 @@ def batch_update(
         ],
         [event, jid, bid, complete_jid, success_jid, ttl_seconds],
     )
+    return BatchUpdate(int(pending), frozenset(name for name in _text(fired).split(",") if name))
 
 
 def result_write(
-    client: Client,
+    client: redis.Redis,
     *,
     now: float,
     changes: Sequence[tuple[str, float, str, dict[str, str]]],
     ttl_max_seconds: int,
     max_records: int,
-) -> Any:
+) -> int:
     """``result_write.lua``: apply ``(jid, ttl_seconds, kind, fields)`` record changes in order
     (kind: "start", "update" or "finish"), each TTL clamped to 1..``ttl_max_seconds``, then keep
     at most ``max_records`` finished records (0: no cap); how many changes were applied."""
@@ -241,13 +286,27 @@ def result_write(
         script_args += [jid, repr(float(ttl_seconds)), kind, str(len(fields))]
         for field_name, value in fields.items():
             script_args += [field_name, value]
-    return script("result_write")(client, script_keys, script_args)
+    return int(script("result_write")(client, script_keys, script_args))
 
 
-def fetch(client: Client, *, inflight_key: str, queue_names: Sequence[str], count: int) -> Any:
+class Fetched(NamedTuple):
+    """``fetch.lua``'s reply: the jobs moved in flight, as ``(raw, queue name)`` in the order
+    taken, and the queues it skipped because they are paused."""
+
+    jobs: list[tuple[bytes, str]]
+    paused: frozenset[str]
+
+
+def fetch(client: redis.Redis, *, inflight_key: str, queue_names: Sequence[str], count: int) -> Fetched:
     """``fetch.lua``: move up to ``count`` jobs from ``queue_names`` (in that order, skipping
-    paused ones) to ``inflight_key``; {{position, raw, ...}, {paused positions}}."""
-    return script("fetch")(client, [inflight_key, keys.PAUSED, *[keys.queue(name) for name in queue_names]], [count, *queue_names])
+    paused ones) to ``inflight_key``."""
+    taken, paused = script("fetch")(client, [inflight_key, keys.PAUSED, *[keys.queue(name) for name in queue_names]], [count, *queue_names])
+    jobs = [(_bytes(taken[index + 1]), queue_names[int(taken[index]) - 1]) for index in range(0, len(taken), 2)]
+    return Fetched(jobs, frozenset(queue_names[int(position) - 1] for position in paused))
+
+
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
 
 
 class Acknowledged(NamedTuple):
@@ -288,18 +347,19 @@ def ack(
     return Acknowledged(int(removed), bool(counted))
 
 
-def requeue(client: Client, *, inflight_key: str, jobs: Sequence[tuple[bytes, str]]) -> Any:
+def requeue(client: redis.Redis, *, inflight_key: str, jobs: Sequence[tuple[bytes, str]]) -> int:
     """``requeue.lua``: put ``(raw, queue)`` jobs back at the front of their queues ('' in-flight
     key: unconditionally); how many were put back."""
-    return script("requeue")(
+    reply = script("requeue")(
         client,
         [inflight_key, keys.QUEUES, *[keys.queue(queue) for _, queue in jobs]],
         [*[raw for raw, _ in jobs], *[queue for _, queue in jobs]],
     )
+    return int(reply)
 
 
 def chord_part(
-    client: Client, *, chord_id: str, jid: str, value_json: str, header_size: int, ttl_seconds: int, callback_job: bytes, queue: str
+    client: redis.Redis, *, chord_id: str, jid: str, value_json: str, header_size: int, ttl_seconds: int, callback_job: bytes, queue: str
 ) -> tuple[bool, int, bool]:
     """``chord_part.lua``: record header task ``jid``'s value in chord ``chord_id`` and push
     ``callback_job`` to ``queue`` when that completes the ``header_size`` parts, atomically;
@@ -310,15 +370,19 @@ def chord_part(
     return bool(int(added)), int(count), bool(int(pushed))
 
 
-def limiter_release(client: Client, *, name: str, token: str, permits_key: str) -> Any:
+def limiter_release(client: redis.Redis, *, name: str, token: str, permits_key: str) -> int:
     """``limiter_release.lua``: give back a concurrent slot once, waking one parked job; 0 (already
     released), 1 or 2 (released and a parked job made due)."""
-    return script("limiter_release")(client, [keys.limiter_holders(name), permits_key, keys.limiter_parked(name), keys.SCHEDULE], [token])
+    return int(
+        script("limiter_release")(client, [keys.limiter_holders(name), permits_key, keys.limiter_parked(name), keys.SCHEDULE], [token])
+    )
 
 
-def limiter_park(client: Client, *, name: str, member: str, size: int, max_parked: int, ttl_seconds: int) -> Any:
+def limiter_park(client: redis.Redis, *, name: str, member: str, size: int, max_parked: int, ttl_seconds: int) -> int:
     """``limiter_park.lua``: register a rescheduled job to be woken by the next release of ``name``;
     1 parked, 0 made due now (a slot is free), -1 not in the schedule set."""
-    return script("limiter_park")(
-        client, [keys.limiter_holders(name), keys.limiter_parked(name), keys.SCHEDULE], [member, size, max_parked, ttl_seconds]
+    return int(
+        script("limiter_park")(
+            client, [keys.limiter_holders(name), keys.limiter_parked(name), keys.SCHEDULE], [member, size, max_parked, ttl_seconds]
+        )
     )

@@ -43,7 +43,7 @@ def lock_for(item: Item, *, scheduled_at: float | None, timestamp: float) -> tup
 
 
 def push_in(pipe: redis.client.Pipeline, lock: tuple[str, int], *, jid: str, data: bytes, queue: str, at: float | None) -> None:
-    """Queue the take-lock-and-push script on ``pipe``; its reply is 1 (pushed) or 0 (refused)."""
+    """Queue the take-lock-and-push script on ``pipe``; its reply is ``scripts.unique_push_reply``'s."""
     lock_key, ttl_ms = lock
     scripts.unique_push(pipe, lock_key=lock_key, ttl_ms=ttl_ms, jid=jid, data=data, queue=queue, at=at)
 

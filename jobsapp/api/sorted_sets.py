@@ -320,7 +320,7 @@ class JobSet:
             queue, data = target
             scripts.api_move_to_queue(pipe, set_key=self.name, member=entry.raw, queue=queue, data=data)
             calls += 1
-        return sum(int(result) for result in pipe.execute()) if calls else 0
+        return sum(scripts.moved_reply(reply) for reply in pipe.execute()) if calls else 0
 
     @translate_errors
     def _kill_many(self, entries: list[SortedEntry], *, now: float | None) -> int:
@@ -334,7 +334,7 @@ class JobSet:
         pipe = get_redis().pipeline(transaction=False)
         for entry in entries:
             scripts.api_kill(pipe, set_key=self.name, member=entry.raw, now=current, oldest_kept=oldest_kept, dead_max_jobs=max_jobs)
-        return sum(int(result) for result in pipe.execute())
+        return sum(scripts.moved_reply(reply) for reply in pipe.execute())
 
     @translate_errors
     def _delete_many(self, entries: list[SortedEntry]) -> int:

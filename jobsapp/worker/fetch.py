@@ -172,7 +172,7 @@ def _ack(
 def _requeue(client: redis.Redis, inflight_key: str, units: list[UnitOfWork]) -> int:
     if not units:
         return 0
-    return int(scripts.requeue(client, inflight_key=inflight_key, jobs=[(unit.raw, unit.queue) for unit in units]))
+    return scripts.requeue(client, inflight_key=inflight_key, jobs=[(unit.raw, unit.queue) for unit in units])
 
 
 class _Interruptible:
@@ -350,13 +350,12 @@ class ReliableFetch(_Interruptible):
         if pending:
             return pending
         order = self.queues.order(self.rng)
-        taken, paused = scripts.fetch(self.client, inflight_key=self.inflight_key, queue_names=order, count=count)
-        if taken:
-            return [UnitOfWork(as_bytes(taken[index + 1]), order[int(taken[index]) - 1]) for index in range(0, len(taken), 2)]
+        fetched = scripts.fetch(self.client, inflight_key=self.inflight_key, queue_names=order, count=count)
+        if fetched.jobs:
+            return [UnitOfWork(raw, queue) for raw, queue in fetched.jobs]
         if block_seconds <= 0:
             return []
-        paused_positions = {int(position) for position in paused}
-        ready = [name for position, name in enumerate(order, start=1) if position not in paused_positions]
+        ready = [name for name in order if name not in fetched.paused]
         if not ready:  # every queue is paused: idle briefly instead of spinning on Redis
             self._idle(min(block_seconds, PAUSED_IDLE_SECONDS))
             return []

@@ -81,10 +81,8 @@ def _bury_malformed(client: redis.Redis, raw: bytes, *, inflight_key: str, excep
     dead_item = with_error_fields(malformed_item(raw, jobs_settings.DEFAULT_QUEUE, reason), exception, timestamp)
     cutoff, maximum = dead_trim_args(timestamp)
     member = compact_json(dead_item, allow_nan=True)  # another client's job: buried as it is
-    moved = bool(
-        scripts.recover_bury(
-            client, inflight_key=inflight_key, raw=raw, member=member, jid="", died_at=timestamp, dead_cutoff=cutoff, dead_max_jobs=maximum
-        )
+    moved = scripts.recover_bury(
+        client, inflight_key=inflight_key, raw=raw, member=member, jid="", died_at=timestamp, dead_cutoff=cutoff, dead_max_jobs=maximum
     )
     if moved:
         logger.error("recovery: malformed in-flight job sent to the dead set: %s", reason)
@@ -122,9 +120,7 @@ def _recover_one(client: redis.Redis, raw: bytes, *, inflight_key: str, started_
             marked = encode_unchecked({**item, RECOVERED_KEY: count})
         except ValueError:  # NaN or the like from a foreign client: pushed back unmarked
             marked = b""
-        moved = bool(
-            scripts.recover_requeue(client, inflight_key=inflight_key, raw=raw, queue=queue, jid=jid, marked=marked, blamed=blamed)
-        )
+        moved = scripts.recover_requeue(client, inflight_key=inflight_key, raw=raw, queue=queue, jid=jid, marked=marked, blamed=blamed) > 0
         if moved:
             ending.put_back(item, reason=RequeueReason.RECOVERED)
         return moved, "queue"
@@ -133,10 +129,8 @@ def _recover_one(client: redis.Redis, raw: bytes, *, inflight_key: str, started_
     dead_item = with_error_fields(item, poison, timestamp)
     cutoff, maximum = dead_trim_args(timestamp)
     member = compact_json(dead_item, allow_nan=True)  # another client's job: buried as it is
-    moved = bool(
-        scripts.recover_bury(
-            client, inflight_key=inflight_key, raw=raw, member=member, jid=jid, died_at=timestamp, dead_cutoff=cutoff, dead_max_jobs=maximum
-        )
+    moved = scripts.recover_bury(
+        client, inflight_key=inflight_key, raw=raw, member=member, jid=jid, died_at=timestamp, dead_cutoff=cutoff, dead_max_jobs=maximum
     )
     if moved:
         logger.error("jid=%s class=%s poison job sent to the dead set: %s", jid, str(item.get("class"))[:200], poison)

@@ -173,18 +173,16 @@ class RetryPolicy:
         cutoff, maximum = dead_trim_args(timestamp) if target == keys.DEAD else ("", 0)
         member = compact_json(item, allow_nan=True)  # a foreign job with NaN is still filed
         return call_with_retry(
-            lambda: bool(
-                scripts.retry(
-                    self.client,
-                    inflight_key=self.inflight_key,
-                    target_set=target,
-                    raw=unit.raw,
-                    score=score,
-                    member=member,
-                    jid=str(item.get("jid", "")),
-                    dead_cutoff=cutoff,
-                    dead_max_jobs=maximum,
-                )
+            lambda: scripts.retry(
+                self.client,
+                inflight_key=self.inflight_key,
+                target_set=target,
+                raw=unit.raw,
+                score=score,
+                member=member,
+                jid=str(item.get("jid", "")),
+                dead_cutoff=cutoff,
+                dead_max_jobs=maximum,
             ),
             what=f"filing a job in the {target} set",
             logger=logger,

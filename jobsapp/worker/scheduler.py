@@ -117,7 +117,7 @@ class Scheduler(PollingComponent):
             moves.append((member, queue, payload))
         moved = 0
         for chunk in budget_chunks(moves, MOVE_BUDGET_BYTES):
-            moved += int(scripts.schedule_move(self.client, set_key=set_key, moves=chunk))
+            moved += scripts.schedule_move(self.client, set_key=set_key, moves=chunk)
         return moved
 
     def enqueue_due(self, *, horizon_seconds: float | None = None) -> tuple[int, float | None]:

@@ -66,3 +66,22 @@ def test_the_scan_finds_what_it_forbids(tmp_path):
     )
     # Then each forbidden use is reported, and the allowed call is not
     assert len(script_calls(sample)) == 7
+
+
+def test_every_script_wrapper_returns_a_typed_value():
+    # Given the wrappers of jobsapp/scripts.py (every public function but the loader's)
+    tree = ast.parse((ROOT / "jobsapp" / "scripts.py").read_text(encoding="utf-8"))
+    wrappers = [node for node in tree.body if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")]
+    wrappers = [node for node in wrappers if node.name not in LOADER_NAMES and not node.name.endswith("_reply")]
+    parsers = {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.endswith("_reply")}
+    # When their return annotations are read
+    untyped = [node.name for node in wrappers if node.returns is None or ast.unparse(node.returns) == "Any"]
+    queued = [node.name for node in wrappers if ast.unparse(node.returns) == "None"]
+    # Then each parses its script's reply into a typed value; one queued on a pipeline (whose reply
+    # comes with the pipeline's) takes a pipeline and has a *_reply parser in the same module
+    assert untyped == []
+    assert len(wrappers) >= 20
+    for name in queued:
+        node = next(node for node in wrappers if node.name == name)
+        assert ast.unparse(node.args.args[0].annotation) == "redis.client.Pipeline", name
+    assert {"unique_push_reply", "moved_reply"} <= parsers
