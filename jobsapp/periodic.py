@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from croniter import CroniterError, croniter
 from django.core.exceptions import ImproperlyConfigured
 
 from . import expiry, keys, registry, scripts
@@ -51,6 +50,7 @@ from .component import PollingComponent
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS
 from .cron import JID_HISTORY_SIZE, RUBY_TIME_FORMAT, next_tick, previous_tick, server_time
+from .cron import is_valid as is_valid_cron
 from .errors import UnknownJobClass
 from .job import Job
 from .payload import check_json_native, compact_json, new_jid
@@ -221,12 +221,11 @@ def build(name: str, spec: dict[str, Any]) -> Definition:
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         raise ImproperlyConfigured(f"periodic job {name!r}: unknown timezone {timezone!r} (use an IANA name like Europe/Paris)")
     if cron is not None:
-        fields = len(str(cron).split())
-        if not isinstance(cron, str) or not croniter.is_valid(cron, second_at_beginning=fields == 6) or fields > 6:
+        if not isinstance(cron, str) or not is_valid_cron(cron):
             raise ImproperlyConfigured(f"periodic job {name!r}: {cron!r} is not a cron expression (5 fields, or 6 with seconds first)")
         try:
             next_tick(time.time(), cron=cron, every_seconds=None, timezone=str(timezone))
-        except CroniterError:
+        except ValueError:  # croniter's CroniterError: a valid expression no date matches
             raise ImproperlyConfigured(f"periodic job {name!r}: {cron!r} can never fire (no date matches it, e.g. 30 February)")
     if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
         raise ImproperlyConfigured(f'periodic job {name!r}: "every" must be a whole number of seconds >= 1, not {every!r}')
