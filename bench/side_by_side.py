@@ -87,6 +87,10 @@ STARTUP_WINDOW_SECONDS = 0.2
 SIDEKIQ_DEFAULT_THREADS = 10
 SERVED_QUEUE = "bench"
 STAGING_QUEUE = "staging"
+#: Where jobsapp's workers keep their compiled bytecode (``PYTHONPYCACHEPREFIX``): a deployed
+#: worker starts from cached bytecode (pip compiles on install, images run ``compileall``), and
+#: this keeps the source tree free of ``__pycache__`` even where PYTHONDONTWRITEBYTECODE is set.
+PYCACHE = Path("/tmp/jobsapp-bench/pycache")
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -128,6 +132,9 @@ class Fleet:
     threads: int
     redis_url: str
     client: redis.Redis
+    #: False: the project's modules are compiled at every start (PYTHONDONTWRITEBYTECODE=1, no
+    #: bytecode cache for them), as a source checkout run with that variable set
+    bytecode: bool = True
 
     def __post_init__(self) -> None:
         self.commands: list[subprocess.Popen[bytes]] = []
@@ -143,7 +150,7 @@ class Fleet:
                 self.processes, self.threads = default_processes(), int(jobs_settings.CONCURRENCY)
 
     def launch(self) -> None:
-        env = {**os.environ, "REDIS_URL": self.redis_url, "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "bench.settings"}
+        env = {**python_environment(bytecode=self.bytecode), "REDIS_URL": self.redis_url, "LOG_LEVEL": "WARNING"}
         if self.system == "sidekiq":
             command = ["sidekiq", "-r", str(RUBY_DIR / "jobs.rb"), "-c", str(self.threads), "-q", SERVED_QUEUE, "-t", "5"]
             copies = self.processes
@@ -305,13 +312,13 @@ class Bench:
         self.record("latency enqueue -> start at 200 jobs/s, p50 ms", system, percentile(samples, 0.5))
         self.record("latency enqueue -> start at 200 jobs/s, p99 ms", system, percentile(samples, 0.99))
 
-    def startup(self, system: str, processes: int, threads: int) -> None:
+    def startup(self, system: str, processes: int, threads: int, *, bytecode: bool = True) -> None:
         """Seconds from spawning the worker commands to the first job done, and to full speed:
         the first moment the rate over the next ``STARTUP_WINDOW_SECONDS`` reaches 80 % of the
         rate of the drain's second half (empty jobs already waiting in the queue)."""
         count = self.options.jobs
         self.client.flushall()
-        fleet = Fleet(system, processes, threads, self.server.url, self.client)
+        fleet = Fleet(system, processes, threads, self.server.url, self.client, bytecode=bytecode)
         try:
             self.stage(system, "empty", count)
             self.release()
@@ -338,8 +345,9 @@ class Bench:
                 full = moment
                 break
         config = config_name(processes, threads)
-        self.record(f"start-up, {config}: spawn -> first job done, s", system, first)
-        self.record(f"start-up, {config}: spawn -> full speed, s", system, full)
+        note = "" if bytecode else ", every project module compiled at start"
+        self.record(f"start-up, {config}{note}: spawn -> first job done, s", system, first)
+        self.record(f"start-up, {config}{note}: spawn -> full speed, s", system, full)
 
     def push_cost(self) -> None:
         """Microseconds per ``perform_async`` (p50, p99), one at a time as a web request pushes:
@@ -380,19 +388,35 @@ class Bench:
         self.client.flushall()
 
     def enqueue(self) -> None:
+        """Enqueue one at a time, the same loop on both sides (the setter made once, then
+        ``perform_async`` per job, the client already connected), in alternating halves (Ruby,
+        ours, Ruby, ours) so that a change of load falls on both; jobs/s over both halves and CPU
+        us per push (the producer's user + system time, which moves less with other load)."""
         from bench.jobs import NoopJob
 
         single_count, bulk_count = 20_000, 200_000
-        self.client.flushall()
-        self.record("enqueue one at a time, jobs/s", "sidekiq", float(self.ruby("single", str(single_count))))
+        half = single_count // 2
+        producer = NoopJob.set(queue="enqueue")
+        producer.perform_async(-1)  # connects, as the Ruby side does before its clock starts
+        seconds = {"sidekiq": 0.0, "reliable": 0.0}
+        cpu_seconds = {"sidekiq": 0.0, "reliable": 0.0}
+        for _ in range(2):
+            self.client.flushall()
+            rate, cpu_us = (float(value) for value in self.ruby("single", str(half)).split())
+            seconds["sidekiq"] += half / rate
+            cpu_seconds["sidekiq"] += cpu_us * half / 1e6
+            self.client.flushall()
+            cpu_started = time.process_time()
+            started = time.perf_counter()
+            for index in range(half):
+                producer.perform_async(index)
+            seconds["reliable"] += time.perf_counter() - started
+            cpu_seconds["reliable"] += time.process_time() - cpu_started
+        for system in ("sidekiq", "reliable"):
+            self.record("enqueue one at a time, jobs/s", system, single_count / seconds[system])
+            self.record("enqueue one at a time, CPU us per push", system, cpu_seconds[system] * 1e6 / single_count)
         self.client.flushall()
         self.record("enqueue in bulk (1,000 per call), jobs/s", "sidekiq", float(self.ruby("bulk", str(bulk_count))))
-        self.client.flushall()
-        producer = NoopJob.set(queue="enqueue")
-        started = time.perf_counter()
-        for index in range(single_count):
-            producer.perform_async(index)
-        self.record("enqueue one at a time, jobs/s", "reliable", single_count / (time.perf_counter() - started))
         self.client.flushall()
         started = time.perf_counter()
         producer.perform_bulk([[index] for index in range(bulk_count)])
@@ -413,6 +437,8 @@ class Bench:
                     processes, threads = configs[0]
                     self.startup(system, processes, threads)
                     print(f"  start-up {config_name(processes, threads)} {system} done", flush=True)
+                if "reliable" in systems:
+                    self.startup("reliable", *configs[0], bytecode=False)
             for kind in options.kinds:
                 plan = [(processes, threads, systems) for processes, threads in configs]
                 if options.sweep:
@@ -478,6 +504,31 @@ def settings_jobsapp() -> dict[str, object]:
     return dict(getattr(settings, "JOBSAPP", {}))
 
 
+def python_environment(*, bytecode: bool) -> dict[str, str]:
+    """The environment of jobsapp's worker commands: bytecode read from and written to
+    ``PYCACHE``, or (``bytecode=False``) none written, so that the project's modules, which have
+    no ``__pycache__`` here, are compiled at every start."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
+    if bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.pop("PYTHONPYCACHEPREFIX", None)
+    return env
+
+
+def warm_bytecode() -> None:
+    """Compile what a worker imports into ``PYCACHE`` once, before anything is timed."""
+    PYCACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); import jobsapp.management.commands.runworkers, jobsapp.worker.launcher"],
+        env=python_environment(bytecode=True),
+        cwd=ROOT,
+        check=True,
+    )
+
+
 def config_name(processes: int, threads: int) -> str:
     return "defaults" if processes == 0 else f"{processes}x{threads}"
 
@@ -530,6 +581,7 @@ def main() -> None:
     server = RedisServer().start()
     os.environ["REDIS_URL"] = server.url
     setup_django()
+    warm_bytecode()
     try:
         Bench(options, server).run()
     finally:

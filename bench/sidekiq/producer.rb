@@ -1,7 +1,7 @@
 # Ruby producer of bench/side_by_side.py, with Sidekiq's own client. Redis from $REDIS_URL.
 #
 #   ruby producer.rb stage COUNT CLASS QUEUE ARGS_JSON   push_bulk COUNT jobs (1,000 per call)
-#   ruby producer.rb single COUNT                        prints jobs/s of one Client.push at a time
+#   ruby producer.rb single COUNT                        prints jobs/s and CPU us per push of one NoopJob perform_async at a time
 #   ruby producer.rb bulk COUNT                          prints jobs/s of push_bulk, 1,000 per call
 #   ruby producer.rb timed COUNT                         prints p50 and p99 microseconds of one NoopJob.perform_async
 #   ruby producer.rb steady RATE SECONDS QUEUE           LatencyProbe at a steady rate, arg = now
@@ -26,10 +26,16 @@ case ARGV[0]
 when "stage"
   push_in_batches(Integer(ARGV[1]), ARGV[2], ARGV[3], JSON.parse(ARGV[4]))
 when "single"
+  # as bench/side_by_side.py's own loop: the setter made once, then perform_async one at a time
   count = Integer(ARGV[1])
+  producer = NoopJob.set(queue: "enqueue")
+  producer.perform_async(-1) # connects, as the Python side's client has already
+  cpu_started = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
   started = clock
-  count.times { |index| Sidekiq::Client.push("class" => "NoopJob", "queue" => "enqueue", "args" => [index]) }
-  puts count / (clock - started)
+  count.times { |index| producer.perform_async(index) }
+  elapsed = clock - started
+  cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu_started
+  puts "#{count / elapsed} #{cpu * 1_000_000 / count}"
 when "bulk"
   count = Integer(ARGV[1])
   started = clock
@@ -39,9 +45,11 @@ when "bulk"
   puts count / (clock - started)
 when "timed"
   count = Integer(ARGV[1])
+  producer = NoopJob.set(queue: "enqueue")
+  producer.perform_async(-1)
   samples = Array.new(count) do |index|
     started = clock
-    NoopJob.perform_async(index)
+    producer.perform_async(index)
     (clock - started) * 1_000_000
   end
   samples.sort!
