@@ -6,7 +6,9 @@ keeps the order; a module imports only the ones below it):
 - ``launcher``: one worker process: builds, starts and stops its components, in the order its
   header documents; ``supervisor``: the ``-P N`` parent forking one such process per slot;
   ``heartbeat``: the process record Sidekiq's Web UI reads;
-- ``manager``: the processor threads, the fetcher and the acker of one process;
+- ``manager``: the processor threads, the dispatcher and the acker of one process;
+- ``dispatch``: one dispatcher per fetch mode: buffered (reliable fetch's fetcher thread) and
+  per-thread (basic fetch);
 - ``acker``: acknowledging finished jobs and counting them, in batches;
 - ``processor``: running one job, and settling its fate through the door (``jobsapp.ending``);
 - ``recovery``: a dead process's in-flight jobs back to their queues, poison to the dead set;

@@ -1,34 +1,16 @@
-"""The manager: one process's processor threads, its fetcher and its acker.
+"""The manager: one process's processor threads, its dispatcher and its acker.
 
-Threads (all daemons, named), for a fetch strategy that takes batches (reliable fetch):
-- ``jobsapp.fetcher`` keeps a small local buffer filled: one ``fetch.lua`` round trip brings up
-  to a batch of jobs (already safe in the in-flight list). When every queue is empty it does not
-  block itself: it asks an idle processor thread to block in the fetch (``BLMOVE``) and waits.
-  That thread runs the job it receives (Sidekiq's processors do the same), so a pushed job
-  starts without a hand-off between threads; it then wakes the fetcher to fetch what follows.
-  Only an idle thread blocks, so fair fetch holds; a blocking fetch that fails is reported to
-  the fetcher, which backs off and reconciles the in-flight list as after its own failures.
-  Fair fetch: the buffer holds at most one job per idle thread plus a look-ahead, the jobs the
-  threads finish during one fetch round trip (moving averages of both). Long jobs make the
-  look-ahead 0, so a process never holds a fetched job that none of its threads can start now
-  and long jobs spread over every process and host with a free thread (Sidekiq's rule); short
-  jobs make it a full batch, so many jobs still come in one round trip.
-- ``jobsapp.processor-<n>`` (``concurrency`` of them) take units from the buffer and run them.
-  A fetch wakes one waiting thread; a thread that takes a unit and leaves more wakes the next,
-  so a thread that finishes its job meanwhile takes one without any wake-up.
-  An async job (``async def perform``) is handed to the async lane (``aio``) once it has
-  a free slot, and the thread goes back for the next unit; while the lane is full the thread
-  waits with its unit (counted busy, so the fetcher takes no more). The lane's running jobs are
-  in the running set (the busy list) under pseudo thread ids, and are recorded and acknowledged
-  like any other; fair fetch counts the processor threads, and while the latest job taken was
-  async, the lane's free slots too.
+Threads (all daemons, named):
+- ``jobsapp.processor-<n>`` (``concurrency`` of them) each ask the dispatcher for the next unit
+  of work and run it. The dispatcher is the fetch mode's (dispatch.py): with reliable fetch a
+  fetcher thread (``jobsapp.fetcher``) keeps a small buffer filled and an idle thread blocks for
+  the next job when every queue is empty; with basic fetch each thread fetches its own next job.
+  An async job (``async def perform``) is handed to the async lane (``aio``) once it has a free
+  slot, and the thread goes back for the next unit; while the lane is full the thread waits with
+  its unit (counted busy, so no more is fetched). The lane's running jobs are in the running set
+  (the busy list) under pseudo thread ids, and are recorded and acknowledged like any other.
 - ``jobsapp.acker`` acknowledges finished jobs and adds to the stats counters in batches
   (``acker``).
-
-With a per-thread strategy (``Fetch.per_thread``: basic fetch, Sidekiq's) there is no fetcher
-and no buffer: each processor thread blocks in its own fetch for the one job it runs next, so a
-process never holds a job it cannot start (while the latest job was async and the async lane is
-full, the threads wait for a free slot before fetching).
 
 Lifecycle: ``start()``; ``quiet()`` stops fetching and puts the buffered, not yet started jobs
 back at the front of their queues; ``stop(deadline)`` quiets, waits for running jobs until the
@@ -46,50 +28,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter, deque
-from dataclasses import dataclass
-from itertools import chain
 
-from .. import ending, faults, limiter, registry
+from .. import ending, limiter, registry
 from ..backoff import Backoff, call_with_retry
-from ..conf import jobs_settings
 from ..connection import CONNECTION_ERRORS, REDIS_ERRORS
 from ..outcomes import RequeueReason
 from ..payload import decode
 from ..processes import DurationCounter
 from .acker import Acker
 from .aio import PSEUDO_THREAD_ID_BASE, AsyncLane
+from .dispatch import BufferedDispatcher, Dispatcher, Occupancy, PerThreadDispatcher, Running, moving_average
 from .fetch import Fetch, UnitOfWork
 from .processor import Processor
 
 logger = logging.getLogger("jobsapp.manager")
 
-
-def queue_of(raw: bytes) -> str:
-    """The queue a job read from an in-flight list goes back to: its payload's ``queue``."""
-    try:
-        queue = decode(raw).get("queue")
-    except ValueError:  # malformed: back to the default queue, where a worker files it as dead
-        queue = None
-    return queue if isinstance(queue, str) and queue else str(jobs_settings.DEFAULT_QUEUE)
-
-
 #: At stop, how long the acker gets to send the finished jobs' acks (after the running jobs' deadline).
 ACK_FLUSH_SECONDS = 10.0
-
-#: At stop, how long the idle processor threads of a per-thread fetch get to leave their fetch.
-IDLE_THREAD_JOIN_SECONDS = 0.5
-
-
-def _moving_average(average: float | None, sample: float) -> float:
-    """Exponentially weighted (the newest sample weighs 1/10)."""
-    return sample if average is None else average + (sample - average) / 10
-
-
-@dataclass(slots=True)
-class Running:
-    unit: UnitOfWork
-    run_at: float  # epoch seconds, for the busy list
 
 
 class Manager:
@@ -105,38 +60,26 @@ class Manager:
         async_lane: AsyncLane | None = None,
     ) -> None:
         self.fetch = fetch
-        self.async_lane = async_lane  # runs async jobs; their entries in _running have pseudo ids
+        self.async_lane = async_lane  # runs async jobs; their entries in the running set have pseudo ids
         self.processor = processor
         self.concurrency = concurrency
-        self.capacity = max(batch_size, 1)  # the most jobs one fetch takes, and the buffer holds
-        # moving averages for the look-ahead (see _fetch_target), None until measured
-        self._job_seconds: float | None = None
-        self._fetch_seconds: float | None = None
         self.block_seconds = block_seconds
         self.stop_event = stop_event  # set when the process is stopping for good (hard stop)
-
-        self._lock = threading.Lock()
-        self._work_ready = threading.Condition(self._lock)
-        self._room = threading.Condition(self._lock)
-        self._buffer: deque[UnitOfWork] = deque()
-        self._running: dict[int, Running] = {}  # thread id (or an async job's pseudo id) -> its job
-        self._async_running = 0  # entries of _running that are async jobs in the lane
-        # whether the latest job this process took was async (it needs a lane slot, not a thread;
-        # see _fetch_target); at start, whether any registered job class is
-        self._async_lately = async_lane is not None and any(registry.lookup(name).is_async for name in registry.names())
-        self._reserved_fetches = 0  # per-thread fetch: fetches under way into a free lane slot
-        self._quiet = threading.Event()
-        self._processors_done = False
-        # every queue was empty: an idle processor thread should block in the fetch for the next
-        # job and run it itself (see _block_for_unit); the fetcher waits until it has one
-        self._blocking_wanted = False
-        self._blocking = False  # a processor thread is blocked in the fetch
-        self._blocking_error: tuple[BaseException, bool] | None = None  # its fetch failed (error, unexpected)
-        self._blocking_answered = False  # a blocking fetch got a reply since the fetcher last looked (ends an outage)
-
+        self.occupancy = Occupancy(
+            concurrency=concurrency,
+            capacity=max(batch_size, 1),
+            async_lane=async_lane,
+            async_lately=async_lane is not None and any(registry.lookup(name).is_async for name in registry.names()),
+        )
         self.acker = Acker(fetch, stop_event=stop_event)
+        self.dispatcher: Dispatcher
+        if fetch.per_thread:
+            self.dispatcher = PerThreadDispatcher(self.occupancy, fetch=fetch, block_seconds=block_seconds, requeue=self._requeue_for)
+        else:
+            self.dispatcher = BufferedDispatcher(
+                self.occupancy, fetch=fetch, block_seconds=block_seconds, requeue=self._requeue_for, acknowledging=self.acker.held
+            )
         self._threads: list[threading.Thread] = []
-        self._fetcher: threading.Thread | None = None
 
     @property
     def durations(self) -> DurationCounter:
@@ -153,34 +96,30 @@ class Manager:
     # --- lifecycle -------------------------------------------------------------------
 
     def start(self) -> None:
-        if not self.fetch.per_thread:
-            self._fetcher = threading.Thread(target=self._fetch_loop, name="jobsapp.fetcher", daemon=True)
         self._threads = [
             threading.Thread(target=self._process_loop, name=f"jobsapp.processor-{index}", daemon=True) for index in range(self.concurrency)
         ]
         if self.async_lane is not None:
             self.async_lane.start()
-        if self._fetcher is not None:
-            self._fetcher.start()
+        self.dispatcher.start()
         self.acker.start()
         for thread in self._threads:
             thread.start()
 
     @property
     def is_quiet(self) -> bool:
-        return self._quiet.is_set()
+        return self.occupancy.quiet.is_set()
 
     def quiet(self) -> None:
         """Stop fetching; put buffered, unstarted jobs back at the front of their queues."""
-        if self._quiet.is_set():
+        occupancy = self.occupancy
+        if occupancy.quiet.is_set():
             return
-        self._quiet.set()
-        with self._lock:
-            unstarted = list(self._buffer)
-            self._buffer.clear()
-            self._processors_done = True
-            self._work_ready.notify_all()
-            self._room.notify_all()
+        occupancy.quiet.set()
+        with occupancy.lock:
+            unstarted = self.dispatcher.quiet_locked()
+            occupancy.work_ready.notify_all()
+            occupancy.room.notify_all()
         self.fetch.interrupt()
         unstarted.extend(self.fetch.collect_pending())
         self._requeue(unstarted, reason=RequeueReason.QUIET)
@@ -196,18 +135,16 @@ class Manager:
             thread.join(max(0.0, deadline - time.monotonic()))
         if self.async_lane is not None:  # the lane's jobs, until the deadline
             self.async_lane.wait_idle(deadline)
-        with self._lock:
+        with self.occupancy.lock:
             filed = self.processor.filed_stuck  # in retry/dead already (the hard limit): not put back
-            unfinished = [running.unit for running in self._running.values() if not any(running.unit is unit for unit in filed)]
+            running_units = [running.unit for running in self.occupancy.running.values()]
+            unfinished = [unit for unit in running_units if not any(unit is stuck for stuck in filed)]
         if self.async_lane is not None:  # cancels the jobs still running: their threads park; put back below, never filed
             self.async_lane.stop(deadline)
         # the finished jobs' acks get their own time, past the running jobs' deadline: a finished
         # job whose ack is not sent runs again
         self.acker.stop(time.monotonic() + ACK_FLUSH_SECONDS)
-        if self._fetcher is not None:
-            self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.block_seconds + 1)))
-        if self.fetch.per_thread:
-            self._end_own_fetches()
+        self.dispatcher.stop_fetching(deadline, self._threads)
         self._requeue(self.fetch.collect_pending(), reason=RequeueReason.QUIET)
         if unfinished:
             logger.warning("shutdown: %d jobs still running at the deadline are put back on their queues", len(unfinished))
@@ -215,188 +152,22 @@ class Manager:
         limiter.release_at_exit(self.processor.policy.client, self.fetch.inflight_key)  # theirs, and those stuck past the hard limit
         return len(unfinished)
 
-    def _end_own_fetches(self) -> None:
-        """Per-thread fetch, before the running jobs are put back: a thread that passed its quiet
-        check just as quiet() unblocked the others may have sent its BRPOP after that; it has
-        reached Redis by now, so unblock again and let the idle threads return (one of them
-        could otherwise pop a job put back below)."""
-        self.fetch.interrupt()
-        with self._lock:
-            running = set(self._running)
-        give_up_at = time.monotonic() + IDLE_THREAD_JOIN_SECONDS
-        for thread in self._threads:
-            if thread.ident not in running:
-                thread.join(max(0.0, give_up_at - time.monotonic()))
-
     # --- for the heartbeat ------------------------------------------------------------
 
     def busy(self) -> list[tuple[int, Running]]:
-        with self._lock:
-            return list(self._running.items())
+        with self.occupancy.lock:
+            return list(self.occupancy.running.items())
 
-    # --- threads ---------------------------------------------------------------------
-
-    def _fetch_loop(self) -> None:
-        backoff = Backoff("fetch", logger=logger)
-        # the outage was seen by a blocking fetch (it may refuse while fetch.lua still answers an
-        # empty queue, as BLMOVE does when Redis is out of memory): it ends when one answers
-        blocking_outage = False
-        while not self._quiet.is_set():
-            with self._lock:
-                while not self._quiet.is_set():
-                    if self._blocking_error is not None:
-                        break
-                    if not self._blocking_wanted:  # while a processor thread blocks for a job, nothing to fetch
-                        target = self._fetch_target()
-                        if self._below_low_water(target):
-                            break
-                    self._room.wait(1.0)
-                if self._quiet.is_set():
-                    break
-                failure, self._blocking_error = self._blocking_error, None
-                answered, self._blocking_answered = self._blocking_answered, False
-                # the wait ended below the low water mark with a fresh target, or with a failure
-                want = 0 if failure is not None else target - len(self._buffer)
-            if failure is not None:  # a processor thread's blocking fetch failed: wait, then fetch and reconcile
-                blocking_outage = True
-                backoff.pause(failure[0], self._quiet, unexpected=failure[1])
-                continue
-            if answered and backoff.in_outage and blocking_outage:  # Redis answers the blocking fetch again
-                backoff.succeeded()
-                blocking_outage = False
-            started = time.monotonic()
-            try:
-                units = self.fetch.take(want, block_seconds=0)
-            except REDIS_ERRORS as exc:  # away, or refusing (READONLY after a failover, OOM): wait it out
-                backoff.pause(exc, self._quiet)
-                continue
-            except Exception as exc:  # noqa: BLE001  # an engine bug: the fetcher must outlive it (jobs stay safe in their queues)
-                backoff.pause(exc, self._quiet, unexpected=True)
-                continue
-            if backoff.in_outage:
-                if units or not blocking_outage:
-                    backoff.succeeded()
-                    blocking_outage = False
-                # a failed fetch may have run after all (its reply lost to a timeout): its jobs
-                # would sit in our in-flight list, run by no one, until this process restarts
-                units.extend(self.fetch.collect_pending())
-                units = self._reconcile(units)
-            if not units:  # every queue is empty: an idle processor thread blocks for the next job
-                with self._lock:
-                    if not self._quiet.is_set():
-                        self._blocking_wanted = True
-                        self._work_ready.notify()
-                continue
-            self._fetch_seconds = _moving_average(self._fetch_seconds, time.monotonic() - started)
-            if faults.POINT:
-                faults.reach("after_fetch")
-            with self._lock:
-                if not self._quiet.is_set():
-                    self._buffer.extend(units)
-                    # one waiting thread; it wakes the next only if a unit is still left when it
-                    # takes its own (a thread finishing its job meanwhile takes one without a wake)
-                    self._work_ready.notify()
-                    units = []
-            if units:  # quieted while the fetch was in flight: give them back
-                self._requeue(units, reason=RequeueReason.QUIET)
+    # --- the processor threads ---------------------------------------------------------
 
     def _process_loop(self) -> None:
         ident = threading.get_ident()
         backoff = Backoff("fetch", logger=logger)
         while True:
-            unit = self._take_own_unit(ident, backoff) if self.fetch.per_thread else self._next_unit(ident)
+            unit = self.dispatcher.next_unit(ident, backoff)
             if unit is None:
                 return
             self._run(ident, unit)
-
-    def _next_unit(self, ident: int) -> UnitOfWork | None:
-        """The next job for this processor thread from the shared buffer or, when every queue was
-        empty, from its own blocking fetch; registered as running. None once quiet."""
-        while True:
-            with self._lock:
-                while not self._buffer and not self._processors_done:
-                    if self._blocking_wanted and not self._blocking:
-                        self._blocking = True  # this thread blocks for the next job and runs it
-                        break
-                    self._work_ready.wait()
-                else:
-                    if not self._buffer:
-                        return None
-                    unit = self._buffer.popleft()
-                    if self._buffer:
-                        self._work_ready.notify()
-                    self._running[ident] = Running(unit, time.time())
-                    if self._below_low_water(self._fetch_target()):
-                        self._room.notify()
-                    return unit
-            blocked_for = self._block_for_unit(ident)
-            if blocked_for is not None:
-                return blocked_for
-
-    def _block_for_unit(self, ident: int) -> UnitOfWork | None:
-        """Every queue was empty: block in the fetch (``BLMOVE``, into the in-flight list) for
-        the next job and run it in this thread, with no hand-off between the thread that
-        receives a push and the one that runs it (Sidekiq's processors do the same). Jobs that
-        come with it go to the buffer; the fetcher is woken to fetch what follows. A failed
-        fetch is left to the fetcher (it backs off and reconciles the in-flight list); None
-        then, and once quiet."""
-        units: list[UnitOfWork] = []
-        failure: tuple[BaseException, bool] | None = None
-        try:
-            while not units and not self._quiet.is_set():
-                units = self.fetch.take(1, block_seconds=self.block_seconds)
-                self._blocking_answered = True
-        except REDIS_ERRORS as exc:  # nothing taken that we know of: the fetcher waits it out and reconciles
-            failure = (exc, False)
-        except Exception as exc:  # noqa: BLE001  # an engine bug: the thread must outlive it (the jobs stay in their queues or in flight)
-            failure = (exc, True)
-        if units and faults.POINT:
-            faults.reach("after_fetch")
-        with self._lock:
-            self._blocking = False
-            self._blocking_wanted = False
-            self._blocking_error = failure
-            self._room.notify()  # the fetcher: fetch what follows this job (or back off)
-            if units and not self._quiet.is_set():
-                unit = units[0]
-                if len(units) > 1:  # other queues' waiters moved jobs too
-                    self._buffer.extend(units[1:])
-                    self._work_ready.notify()
-                self._running[ident] = Running(unit, time.time())
-                return unit
-        if units:  # quieted while blocked: back to the front of their queues
-            self._requeue(units, reason=RequeueReason.QUIET)
-        return None
-
-    def _take_own_unit(self, ident: int, backoff: Backoff) -> UnitOfWork | None:
-        """Per-thread fetch: block in this thread's own fetch for its next job, registered as
-        running; None once quiet."""
-        while not self._quiet.is_set():
-            reserved = self._async_lately  # the latest job was async: fetch only into a free lane slot, one fetch per slot
-            if reserved:
-                with self._lock:
-                    if self._reserved_fetches >= self._fetch_target():
-                        self._room.wait(0.5)
-                        continue
-                    self._reserved_fetches += 1
-            units: list[UnitOfWork] = []
-            try:
-                units = self.fetch.take(1, block_seconds=self.block_seconds)
-            except REDIS_ERRORS as exc:  # away, or refusing: nothing was taken; wait it out (one warning per thread and outage)
-                backoff.pause(exc, self._quiet)
-            except Exception as exc:  # noqa: BLE001  # an engine bug: the thread must outlive it (a job popped and lost is basic fetch's risk)
-                backoff.pause(exc, self._quiet, unexpected=True)
-            else:
-                backoff.succeeded()
-            with self._lock:
-                if reserved:  # released as the job is registered: it counts as running from here on
-                    self._reserved_fetches -= 1
-                if units and not self._quiet.is_set():
-                    self._running[ident] = Running(units[0], time.time())
-                    return units[0]
-            if units:
-                self._requeue(units, reason=RequeueReason.QUIET)  # popped as the process went quiet: back to the front
-        return None
 
     def _run(self, ident: int, unit: UnitOfWork) -> None:
         """Process ``unit``, registered in the running set under ``ident``, and record its outcome."""
@@ -420,21 +191,22 @@ class Manager:
         if result is None:  # an async job: the async lane runs it; this thread takes the next unit
             self._hand_off(ident, unit)
             return
-        self.acker.record(unit, result)  # before leaving the running set: always known to be ours (_reconcile)
-        with self._lock:
-            self._running.pop(ident, None)
+        self.acker.record(unit, result)  # before leaving the running set: always known to be ours (reconcile)
+        occupancy = self.occupancy
+        with occupancy.lock:
+            occupancy.running.pop(ident, None)
             if ident < PSEUDO_THREAD_ID_BASE:  # the look-ahead models the processor threads' turnover
-                self._job_seconds = _moving_average(self._job_seconds, result.elapsed_seconds)
-                self._async_lately = False
+                occupancy.job_seconds = moving_average(occupancy.job_seconds, result.elapsed_seconds)
+                occupancy.async_lately = False
             else:
-                self._async_running -= 1
-            if self._below_low_water(self._fetch_target()):
-                self._room.notify()  # a thread is free: the fetcher may take a job for it
+                occupancy.async_running -= 1
+            self.dispatcher.room_freed_locked()
 
     def _leave(self, ident: int) -> None:
-        with self._lock:
-            if self._running.pop(ident, None) is not None and ident >= PSEUDO_THREAD_ID_BASE:
-                self._async_running -= 1
+        occupancy = self.occupancy
+        with occupancy.lock:
+            if occupancy.running.pop(ident, None) is not None and ident >= PSEUDO_THREAD_ID_BASE:
+                occupancy.async_running -= 1
 
     def _hand_off(self, ident: int, unit: UnitOfWork) -> None:
         """Give an async job to the async lane once it has a free slot (waiting, unit in hand,
@@ -443,39 +215,20 @@ class Manager:
         lane = self.async_lane
         if lane is None:  # the processor hands off only when there is a lane
             raise RuntimeError("an async job was handed off without an async lane")
+        occupancy = self.occupancy
         while not lane.acquire_slot(0.2):
-            if self._quiet.is_set():
+            if occupancy.quiet.is_set():
                 self._leave(ident)
                 self._requeue([unit], reason=RequeueReason.QUIET)
                 return
         pseudo = lane.new_pseudo_thread_id()
-        with self._lock:  # moved in one step: _reconcile and stop always see the unit
-            running = self._running.pop(ident)
-            self._running[pseudo] = running
-            self._async_running += 1
-            self._async_lately = True
-            if self._below_low_water(self._fetch_target()):
-                self._room.notify()
+        with occupancy.lock:  # moved in one step: reconcile and stop always see the unit
+            running = occupancy.running.pop(ident)
+            occupancy.running[pseudo] = running
+            occupancy.async_running += 1
+            occupancy.async_lately = True
+            self.dispatcher.room_freed_locked()
         lane.submit(lambda: self._run(pseudo, unit))
-
-    def _fetch_target(self) -> int:
-        """Under _lock: how many fetched, unstarted jobs this process may hold now: one per idle
-        thread, plus the jobs its threads finish during one fetch round trip (twice that, for
-        margin; 0 while jobs outlast a round trip), at most a batch. While the latest job taken was
-        async, no more than the async lane's free slots either: a process does not hold async
-        jobs it cannot start (they spread over the processes with free slots)."""
-        idle = max(0, self.concurrency - (len(self._running) - self._async_running))
-        if self._async_lately and self.async_lane is not None:  # any job a thread holds may be async: it needs a slot
-            return min(self.capacity, idle, self.async_lane.concurrency - len(self._running))
-        lookahead = 0
-        if self._job_seconds is not None and self._fetch_seconds is not None:
-            lookahead = int(2 * self.concurrency * self._fetch_seconds / max(self._job_seconds, 1e-6))
-        return min(self.capacity, idle + lookahead)
-
-    def _below_low_water(self, target: int) -> bool:
-        """Under _lock: whether the fetcher should fetch now (the buffer is down to half its target;
-        it is woken only then, not once per job)."""
-        return len(self._buffer) <= target - max(1, target // 2)
 
     def _park(self, unit: UnitOfWork, exception: BaseException) -> None:
         """A job the processor failed on with something other than a Redis error (an engine
@@ -491,32 +244,9 @@ class Manager:
         except Exception:  # could not even park it: it stays in flight for recovery
             logger.exception("queue=%s could not park the job; it stays in flight until this process's list is recovered", unit.queue)
 
-    def _reconcile(self, fetched: list[UnitOfWork]) -> list[UnitOfWork]:
-        """After a fetch whose outcome is unknown: every job in this process's in-flight list
-        that it does not hold (buffered, running, waiting for or in an ack, or just ``fetched``)
-        was moved by a fetch whose reply was lost. Those go back to the front of their queues
-        (``requeue.lua``, guarded by LREM: one finished and acknowledged meanwhile is not put
-        back). Returns ``fetched``; on a Redis error nothing is changed (tried again after the
-        next failed fetch, or the list is recovered when this process stops)."""
-        try:
-            listed = self.fetch.listed_in_flight()
-        except REDIS_ERRORS as exc:
-            logger.warning("fetch: could not reconcile the in-flight list (%s)", exc)
-            return fetched
-        with self._lock:  # a job is recorded with the acker before it leaves the running set
-            held = Counter(
-                unit.raw for unit in chain(self._buffer, (running.unit for running in self._running.values()), self.acker.held(), fetched)
-            )
-        strays: list[UnitOfWork] = []
-        for raw in listed:
-            if held[raw] > 0:
-                held[raw] -= 1
-            else:
-                strays.append(UnitOfWork(raw, queue_of(raw)))
-        if strays:
-            logger.warning("fetch: %d jobs moved in flight by a fetch whose reply was lost go back to their queues", len(strays))
-            self._requeue(strays, reason=RequeueReason.RECONCILE)
-        return fetched
+    def _requeue_for(self, units: list[UnitOfWork], reason: RequeueReason) -> None:
+        """The dispatcher's way to put units back (see ``_requeue``)."""
+        self._requeue(units, reason=reason)
 
     def _requeue(self, units: list[UnitOfWork], *, reason: RequeueReason, persistent: bool = False) -> None:
         """Put units back at the front of their queues. ``persistent`` (a live process putting
