@@ -191,7 +191,7 @@ def finish_outcome(client: redis.Redis, item: Item, outcome: Outcome, *, error: 
     fate = fate_of(outcome.kind)
     if fate is not None:
         filed = outcome.item if outcome.item is not None else item
-        finish(client, filed, fate, error=error, reason=outcome.reason, run_at=outcome.run_at)
+        finish(client, filed, fate, error=error, reason=outcome.reason or "", run_at=outcome.run_at)
 
 
 __all__ = ["HOOKS", "DeadReason", "Ending", "Fate", "finish", "finish_outcome", "put_back"]

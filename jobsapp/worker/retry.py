@@ -132,10 +132,11 @@ def dead_trim_args(timestamp: float) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class Outcome:
-    """Where a failed job went (``OutcomeKind``), and why (a ``DeadReason`` for dead and discarded)."""
+    """Where a failed job went (``OutcomeKind``), and why (a ``DeadReason`` for dead and discarded;
+    None for a retry, and for a job no longer in flight: another process filed it)."""
 
     kind: OutcomeKind
-    reason: str = ""
+    reason: DeadReason | None = None
     run_at: float | None = None
     item: Item | None = None  # the job as filed (with its error fields); None when nothing was written
 
@@ -223,7 +224,7 @@ class RetryPolicy:
                 if faults.POINT:
                     faults.reach("during_retry_write")
                 if not self._file(unit, keys.RETRY, run_at, failed, timestamp):
-                    return Outcome(OutcomeKind.LOST, "no longer in flight")
+                    return Outcome(OutcomeKind.LOST)
                 if faults.POINT:
                     faults.reach("after_retry_write")
                 notify("on_retry", job_class, failed, exception, retry_count=count, retry_limit=limit, run_at=run_at)
@@ -241,7 +242,7 @@ class RetryPolicy:
             notify("on_dead", job_class, failed, exception, reason=reason)
             return Outcome(OutcomeKind.DISCARDED, reason, item=failed)
         if not self._file(unit, keys.DEAD, timestamp, failed, timestamp):
-            return Outcome(OutcomeKind.LOST, "no longer in flight")
+            return Outcome(OutcomeKind.LOST)
         call_death_handlers(failed, exception)
         notify("on_dead", job_class, failed, exception, reason=reason)
         return Outcome(OutcomeKind.DEAD, reason, item=failed)
@@ -251,7 +252,7 @@ class RetryPolicy:
         timestamp = now()
         failed = with_error_fields(item, exception, timestamp)
         if not self._file(unit, keys.DEAD, timestamp, failed, timestamp):
-            return Outcome(OutcomeKind.LOST, "no longer in flight")
+            return Outcome(OutcomeKind.LOST)
         call_death_handlers(failed, exception)
         notify("on_dead", None, failed, exception, reason=reason)
         return Outcome(OutcomeKind.DEAD, reason, item=failed)
