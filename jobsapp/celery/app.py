@@ -15,9 +15,10 @@ not used.
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 from collections.abc import Sequence
 from typing import Any
+
+from django.utils.module_loading import import_string
 
 from .. import client
 from . import task as task  # ``from celery.app import task`` (the module), as the tasks guide imports it
@@ -112,8 +113,8 @@ class Celery:
         """``task_cls``, imported when it is a ``"module:Class"`` path; TypeError unless a Task subclass."""
         base: Any = self.task_cls
         if isinstance(base, str):
-            module_name, _, class_name = base.replace(":", ".").rpartition(".")
-            base = getattr(importlib.import_module(module_name), class_name)
+            dotted_path = base.replace(":", ".")
+            base = import_string(dotted_path)  # the user's own code names it, as in Celery; never a payload
         if not (isinstance(base, type) and issubclass(base, _Task)):
             raise TypeError(f"Celery(task_cls=...) must be a subclass of jobsapp.celery.Task or its 'module:Class' path, not {base!r}")
         return base
