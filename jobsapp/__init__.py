@@ -18,6 +18,8 @@ validation an app built on the engine runs on its own settings dict), and these 
 Everything else is an implementation module (docs/architecture.md places each one).
 """
 
+# First, before any engine module imports redis-py: without the metrics SDK it loads for nothing.
+from . import redis_import  # noqa: F401
 from .conf import jobs_settings
 from .errors import (
     JobsError,

@@ -16,19 +16,58 @@ raises ``jobsapp.RedisUnavailable``.
     api.BatchSet.get(bid)        # a Redis-only batch: counts, callbacks, failed and pending jobs
 """
 
-from ..redaction import REDACTED, redact
-from .batches import BatchDetail, BatchSet, BatchSummary
-from .completed import CompletedSet
-from .limits import LimiterSet, LimiterState, UniqueLock, UniqueLocks
-from .lookup import Location, find_job
-from .periodic import PeriodicJob, PeriodicSet
-from .processes import DurationHistogram, Process, ProcessSet, Work, WorkSet, job_durations
-from .queues import Queue, QueueSummary
-from .records import JobRecord, Page, SortedEntry, decode_backtrace, encode_backtrace
-from .sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, SearchPage
-from .stats import History, Stats, redis_info
+from __future__ import annotations
 
-Workers = WorkSet
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ..redaction import REDACTED, redact
+
+if TYPE_CHECKING:
+    from .batches import BatchDetail, BatchSet, BatchSummary
+    from .completed import CompletedSet
+    from .limits import LimiterSet, LimiterState, UniqueLock, UniqueLocks
+    from .lookup import Location, find_job
+    from .periodic import PeriodicJob, PeriodicSet
+    from .processes import DurationHistogram, Process, ProcessSet, Work, WorkSet, job_durations
+    from .queues import Queue, QueueSummary
+    from .records import JobRecord, Page, SortedEntry, decode_backtrace, encode_backtrace
+    from .sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, SearchPage
+    from .stats import History, Stats, redis_info
+
+    Workers = WorkSet
+
+#: Where each name lives, imported on first use (PEP 562): a process that only redacts (the admin
+#: of an app built on the engine, loaded by ``django.setup()`` in every worker too) does not import
+#: the whole API.
+_LOCATIONS = {
+    **dict.fromkeys(["BatchDetail", "BatchSet", "BatchSummary"], "batches"),
+    "CompletedSet": "completed",
+    **dict.fromkeys(["LimiterSet", "LimiterState", "UniqueLock", "UniqueLocks"], "limits"),
+    **dict.fromkeys(["Location", "find_job"], "lookup"),
+    **dict.fromkeys(["PeriodicJob", "PeriodicSet"], "periodic"),
+    **dict.fromkeys(["DurationHistogram", "Process", "ProcessSet", "Work", "WorkSet", "job_durations"], "processes"),
+    **dict.fromkeys(["Queue", "QueueSummary"], "queues"),
+    **dict.fromkeys(["JobRecord", "Page", "SortedEntry", "decode_backtrace", "encode_backtrace"], "records"),
+    **dict.fromkeys(["DeadSet", "JobSet", "RetrySet", "ScheduledSet", "SearchPage"], "sorted_sets"),
+    **dict.fromkeys(["History", "Stats", "redis_info"], "stats"),
+}
+#: Other names for the same thing, as Sidekiq's ``Sidekiq::Workers``.
+_ALIASES = {"Workers": "WorkSet"}
+
+
+def __getattr__(name: str) -> Any:
+    target = _ALIASES.get(name, name)
+    if target not in _LOCATIONS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LOCATIONS[target]}", __name__), target)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "REDACTED",
