@@ -23,7 +23,9 @@ Shutdown order (TERM/INT, or TERM through ``<identity>-signals``):
 The timeouts watchdog's hard limit (``TIMEOUT_HARD_LIMIT_SECONDS``) runs the same order at once,
 as a second TERM would, after filing the stuck job, and exits with ``EXIT_HARD_LIMIT``.
 
-With ``-P N`` the supervisor (supervisor.py) forks N children, each running ``run_child``: a
+With ``-P N`` the parent first does what every child would do on its way to its first job
+(``prepare_children``: middleware chains, Lua scripts, redis-py's package metadata), then the
+supervisor (supervisor.py) forks N children, each running ``run_child``: a
 ``WorkerProcess`` with its own identity in its own slot; a child the hard limit stopped (exit
 ``EXIT_HARD_LIMIT``) is restarted by the supervisor. ``-P 1`` has no parent process (signals,
 pid and memory are the worker's own): after the hard limit the process executes its own
@@ -34,7 +36,9 @@ and the process exits.
 
 from __future__ import annotations
 
+import encodings.idna  # noqa: F401  (the codec a connect to a host name needs: imported before -P forks)
 import faulthandler
+import importlib.metadata
 import logging
 import os
 import random
@@ -51,13 +55,13 @@ from functools import partial
 
 import redis
 
-from .. import connection, keys, shards
+from .. import connection, keys, scripts, shards
 from ..backoff import Backoff
 from ..clock import SYSTEM_CLOCK, Clock
 from ..component import Component
 from ..conf import jobs_settings
 from ..connection import CONNECTION_ERRORS, REDIS_ERRORS
-from ..middleware import notify
+from ..middleware import client_chain, notify, server_chain
 from ..periodic import PeriodicScheduler
 from ..periodic import definitions as periodic_definitions
 from . import aio
@@ -524,6 +528,22 @@ def restart_in_place(*, clock: Clock = SYSTEM_CLOCK) -> None:
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])  # noqa: S606  # our own command line, no shell
 
 
+def prepare_children() -> None:
+    """Before ``-P`` forks: what each child would do for itself on its way to its first job,
+    done once in the parent, whose memory the children share (copy-on-write): the middleware
+    chains (the project's middleware modules imported), every Lua script read and hashed, and
+    the package metadata redis-py reads for each new connection (its ``CLIENT SETINFO``), whose
+    first read imports importlib.metadata's parsers and fills its path caches."""
+    client_chain()
+    server_chain()
+    for path in sorted(scripts.LUA_DIRECTORY.glob("*.lua")):
+        scripts.script(path.stem)
+    try:
+        importlib.metadata.version("redis")
+    except importlib.metadata.PackageNotFoundError:  # redis-py not installed as a distribution: nothing to read ahead
+        pass
+
+
 def run(options: WorkerOptions) -> int:
     """Run workers in the foreground until stopped; returns the exit code."""
     faulthandler.enable()
@@ -537,4 +557,5 @@ def run(options: WorkerOptions) -> int:
             if not process.stop_asked():
                 restart_in_place()
         return code
+    prepare_children()
     return Supervisor(processes=options.processes, timeout_seconds=options.timeout_seconds, run_child=partial(run_child, options)).run()

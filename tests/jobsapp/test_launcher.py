@@ -7,11 +7,12 @@ import logging
 import socket
 import subprocess
 import threading
+from pathlib import Path
 
-from jobsapp import keys
+from jobsapp import keys, middleware, scripts
 from jobsapp.connection import get_redis
 from jobsapp.periodic import PeriodicScheduler
-from jobsapp.worker.launcher import WorkerOptions, WorkerProcess, wait_for_redis
+from jobsapp.worker.launcher import WorkerOptions, WorkerProcess, prepare_children, wait_for_redis
 from jobsapp.worker.recovery import Sweeper
 from tests.manual_clock import ManualClock
 from tests.redis_down import unreachable_redis
@@ -114,3 +115,25 @@ def test_waiting_for_a_redis_that_answers_returns_at_once_and_says_nothing(caplo
     clock = ManualClock()
     assert wait_for_redis(get_redis(), threading.Event(), clock=clock)
     assert clock.waits == [] and caplog.records == []
+
+
+def test_the_parent_prepares_before_forking_what_each_child_would_import_and_read(settings, monkeypatch):
+    # Given a project with server middleware, and neither chains nor scripts loaded yet in this process
+    settings.JOBSAPP = {**settings.JOBSAPP, "SERVER_MIDDLEWARE": ["tests.testapp.jobs.RecordsChain"]}
+    middleware.reset_chains()
+    monkeypatch.setattr(scripts, "_runners", {})
+    scripts.source.cache_clear()
+    try:
+        # When the -P parent prepares its children
+        prepare_children()
+
+        # Then a child reads no Lua file and imports no middleware on its way to its first job
+        def refuse(*args, **kwargs):
+            raise AssertionError("read or imported after the fork")
+
+        monkeypatch.setattr(Path, "read_text", refuse)
+        monkeypatch.setattr(middleware, "import_string", refuse)
+        assert [cls.__name__ for cls in middleware.server_chain().classes()] == ["RecordsChain"]
+        assert all(scripts.script(path.stem).source for path in scripts.LUA_DIRECTORY.glob("*.lua"))
+    finally:
+        middleware.reset_chains()
