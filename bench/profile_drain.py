@@ -11,7 +11,9 @@ are the numbers to compare before and after a change.
   process a lot: compare calls per job, not time), written to ``/tmp/jobsapp-profile/strace.txt``;
 - ``--py-spy FILE``: ``py-spy record --gil`` of the first worker for the whole drain, in py-spy's
   raw (collapsed stacks) format: only the thread holding the GIL is sampled, so the stacks show
-  where a GIL-bound process spends its time.
+  where a GIL-bound process spends its time;
+- ``--commands``: the Redis commands the drain sent, per job (``INFO commandstats``, reset as the
+  jobs are released; the benchmark's own polling of the done counter is left out).
 """
 
 from __future__ import annotations
@@ -67,6 +69,16 @@ def profiler(options: argparse.Namespace, pid: int) -> subprocess.Popen[bytes] |
     return started
 
 
+def print_commands(commandstats: dict[str, dict[str, float]], jobs: int) -> None:
+    """The commands of a drain, most frequent first, as calls per job (``GET``/``MGET``, the
+    benchmark's own polling of the done counter, left out)."""
+    calls = {name.removeprefix("cmdstat_"): int(stats["calls"]) for name, stats in commandstats.items()}
+    for name in ("get", "mget", "config|resetstat", "info"):
+        calls.pop(name, None)
+    listed = ", ".join(f"{name} {count / jobs:.3f}" for name, count in sorted(calls.items(), key=lambda item: -item[1]))
+    print(f"  Redis commands per job: {listed}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--system", default="reliable", choices=["sidekiq", "reliable", "basic"])
@@ -77,6 +89,7 @@ def main() -> None:
     parser.add_argument("--strace", action="store_true")
     parser.add_argument("--strace-seconds", type=float, default=2.0)
     parser.add_argument("--py-spy", metavar="FILE")
+    parser.add_argument("--commands", action="store_true", help="Redis commands per job, from INFO commandstats")
     parser.add_argument("--no-gil", dest="gil", action="store_false", help="py-spy samples every active thread, not only the GIL holder")
     options = parser.parse_args()
 
@@ -103,6 +116,8 @@ def main() -> None:
             before = {pid: process_cpu(pid) for pid in watched}
             done_before = fleet.done()
             attached = profiler(options, workers[0])
+            if options.commands:
+                bench.client.config_resetstat()
             started = time.perf_counter()
             bench.release()
             if attached is not None and options.strace:
@@ -114,6 +129,7 @@ def main() -> None:
             fleet.wait_done(done_before + options.jobs, timeout_seconds=600)
             elapsed = time.perf_counter() - started
             after = {pid: process_cpu(pid) for pid in watched}
+            commands = bench.client.info("commandstats") if options.commands else {}
             if attached is not None:
                 attached.send_signal(2)
                 attached.wait()
@@ -126,6 +142,8 @@ def main() -> None:
             system = sum(after[pid][1] - before[pid][1] for pid in pids) / jobs * 1e6
             switches = sum(after[pid][2] - before[pid][2] for pid in pids) / jobs
             print(f"  {label}: user {user:.0f} us/job, sys {system:.0f} us/job, context switches {switches:.2f}/job")
+        if commands:
+            print_commands(commands, options.jobs)
         if options.strace:
             print(f"  system calls of one worker: {OUTPUT_DIR / 'strace.txt'}")
     finally:

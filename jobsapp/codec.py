@@ -60,7 +60,7 @@ def dumps_compact(value: Any, fallback: Callable[[Any], str]) -> bytes:
         data = _orjson_dumps(value, option=_PASSTHROUGH)
     except _OrjsonEncodeError:  # a type or value orjson refuses: the standard encoder decides
         return fallback(value).encode("utf-8")
-    if b"null" in data:
+    if data.find(b"null") != -1:  # not ``in``: bytes.__contains__ first tries the operand as an int (a raised TypeError)
         return fallback(value).encode("utf-8")
     return data
 
@@ -68,7 +68,7 @@ def dumps_compact(value: Any, fallback: Callable[[Any], str]) -> bytes:
 def loads(raw: bytes | str) -> Any:
     """``json.loads(raw)``, the same value or the same error, at orjson's speed for valid JSON."""
     data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
-    if _LONG_DIGITS in data.translate(_DIGITS_AS_ZERO):
+    if data.translate(_DIGITS_AS_ZERO).find(_LONG_DIGITS) != -1:
         return json.loads(raw)  # maybe an integer past 64 bits, which orjson would read as a float
     try:
         return _orjson_loads(raw)

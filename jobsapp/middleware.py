@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import import_string
@@ -208,16 +209,12 @@ def run_server_chain(job: Job, item: Item, queue: str, final: Callable[[], Any])
 
 
 def _run_chain(job: Job, item: Item, queue: str, final: Callable[[], Any]) -> Any:
-    instances = server_chain().instances()
-    if not instances:
-        return final()
-
-    def step(index: int) -> Any:
-        if index == len(instances):
-            return final()
-        return instances[index].call(job, item, queue, lambda: step(index + 1))
-
-    return step(0)
+    """The first middleware's ``call``, whose ``next`` calls the second's, ..., the last's calls
+    ``final`` (nested ``partial``s built inside out: no closure per step and job)."""
+    call = final
+    for middleware in reversed(server_chain().instances()):
+        call = partial(middleware.call, job, item, queue, call)
+    return call()
 
 
 def notify(hook: str, *args: Any, **kwargs: Any) -> None:

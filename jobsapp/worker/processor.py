@@ -74,9 +74,18 @@ logger = logging.getLogger("jobsapp.processor")
 #: again before its next job (Django checks before and after each request).
 CONNECTIONS_FRESH_SECONDS = 1.0
 
-#: Per thread: ``database_used``, set once the thread opened a database connection, and
-#: ``checked_at``, when it last closed its stale database connections (monotonic).
-_connections = threading.local()
+
+class _ThreadConnections(threading.local):
+    """Per thread: ``database_used``, set once the thread opened a database connection, and
+    ``checked_at``, when it last closed its stale database connections (monotonic). The class
+    holds the defaults: a thread-local attribute that is missing costs a raised and discarded
+    AttributeError on every read (``getattr`` with a default), about 2 us, twice per job."""
+
+    database_used = False
+    checked_at: float | None = None
+
+
+_connections = _ThreadConnections()
 
 
 def _mark_database_used(sender: object, **kwargs: object) -> None:
@@ -237,9 +246,9 @@ class Processor:
         timeout = timeouts.timeout_seconds(item) if timeouts.TIMEOUT_KEY in item else None
         if unique.DIGEST_KEY in item:
             unique.release(self.policy.client, item, moment="start")
-        database_used = getattr(_connections, "database_used", False)
+        database_used = _connections.database_used
         if database_used:
-            checked_at = getattr(_connections, "checked_at", None)
+            checked_at = _connections.checked_at
             if checked_at is None or admitted.started - checked_at >= CONNECTIONS_FRESH_SECONDS:
                 close_old_connections()
         try:
@@ -259,7 +268,7 @@ class Processor:
                     return rescheduled
             return self._on_failure(admitted, exc)
         finally:
-            if database_used or getattr(_connections, "database_used", False):
+            if database_used or _connections.database_used:
                 close_old_connections()
                 _connections.checked_at = time.monotonic()
         return self._on_success(admitted)
