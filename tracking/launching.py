@@ -29,9 +29,10 @@ after its row is locked and read again (a job may have joined meanwhile). That v
 SQLite (one writer at a time). On PostgreSQL two processes settling a task's last events
 concurrently each see only their own, so the tasks a batch leaves incomplete are checked again
 after its commit: the one that commits last sees both. The recording thread's batches on
-PostgreSQL (``recorder.write_committed``) read that progress only after their commit, in the same
-round trip, and finish the tasks complete then in a transaction of their own, before their
-threads go on (so before the jobs are acknowledged). Finishing writes ``finished_at`` (once:
+PostgreSQL (``single_trip.write``, or ``recorder.write_committed`` for the batches that need their
+events read first) read that progress only after their commit, in the same round trip, and
+finish the tasks complete then in a transaction of their own, before their threads go on (so
+before the jobs are acknowledged). Finishing writes ``finished_at`` (once:
 ``WHERE finished_at IS NULL``) and fires the batch callbacks (``fire_callbacks``), or, when the
 task has a follow-up job (``then_class``), adds that job to the task and pushes it after commit
 (``queue_follow_up``). A duplicate run that finds its event already final checks again, which
@@ -56,7 +57,7 @@ from django.utils import timezone
 from jobsapp import Job, RedisUnavailable, client
 from jobsapp.client import Item, check_json_native, new_jid
 
-from . import recorder
+from . import recorder, single_trip
 from .models import Event, Task, TaskCounter
 from .recorder import ENQUEUE_SHARD, RecordedJob
 from .transitions import DEAD, ERROR, REOPENED, Change, Transition
@@ -125,14 +126,32 @@ def apply(changes: Sequence[Change], *, shard: int | None = None) -> list[bool]:
         return []
     shard = recorder.thread_shard() if shard is None else shard
     if recorder.can_write_committed():
-        # PostgreSQL outside a transaction (the recording thread): committed in two round trips,
-        # then the tasks found complete after that commit are finished as settle_check does.
+        # PostgreSQL outside a transaction (the recording thread): committed in one round trip
+        # when the database can decide every change (single_trip), else in two; then the tasks
+        # found complete after that commit are finished as settle_check does.
+        statuses = single_trip.open_statuses(changes)
+        if statuses is not None and single_trip.available():
+            written = single_trip.write(changes, shard, statuses)
+            if written.complete:
+                with transaction.atomic():
+                    _settle([task.task_id for task in written.complete], written.now)
+            results = written.results
+            if written.leftover:  # events to record first: the slower path, after that commit
+                redone = _apply_in_transaction([changes[index] for index in written.leftover], shard)
+                for index, result in zip(written.leftover, redone, strict=True):
+                    results[index] = result
+            return results
         committed = recorder.write_committed(changes, shard)
         if committed is not None:
             if committed.complete:
                 with transaction.atomic():
                     _settle([task.task_id for task in committed.complete], committed.now)
             return committed.results
+    return _apply_in_transaction(changes, shard)
+
+
+def _apply_in_transaction(changes: Sequence[Change], shard: int) -> list[bool]:
+    """``apply`` in the caller's transaction, or in one of its own: the events read, then written."""
     # Inside the caller's transaction, check there too: its commit may come much later (or, in a
     # test, never).
     nested = connection.in_atomic_block

@@ -6,7 +6,10 @@ Which transition may start from which state is ``tracking.transitions`` (pure); 
 applies a batch of them (one, or a writer's few hundred) with a fixed number of statements,
 however many events it touches. On PostgreSQL outside a transaction (the recording thread's
 batches), ``write_committed``: its own transaction in two round trips (psycopg's pipeline mode),
-each statement's text fixed, its values in one JSON document (prepared once per connection):
+each statement's text fixed (so psycopg can prepare it, where the connection's ``prepare_threshold``
+allows), its values in one JSON document. Batches of runs and the engine's decisions take one round
+trip instead (``tracking.single_trip``); this path takes the others (progress messages, requeues,
+reopens):
 
     BEGIN; SELECT id, job_id, task_id, status, is_final, messages (only of events that get messages)
         FROM event WHERE job_id = ANY(...) ORDER BY id FOR UPDATE
@@ -183,7 +186,8 @@ def write_committed(changes: Sequence[Change], shard: int) -> Committed | None:
 
     That last read runs after the commit, so of writers settling a task's last events
     concurrently the one that commits last sees them all (see ``tracking.launching``). Every
-    statement's text is fixed, so psycopg prepares each once per connection; its values travel as
+    statement's text is fixed, so psycopg can prepare it (Django turns that off unless
+    ``OPTIONS["prepare_threshold"]`` is set); its values travel as
     one JSON document (``json.dumps`` builds it in C; psycopg adapts an array per column element
     by element in Python); they skip Django's cursor wrappers.
 

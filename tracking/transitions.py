@@ -97,3 +97,4 @@ class Change:
     message: str | None = None
     entries: Sequence[MessageEntry] = ()
     item: Item | None = None
+    task_id: str | None = None
