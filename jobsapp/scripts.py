@@ -68,6 +68,12 @@ def script(name: str) -> Runner:
     return runner
 
 
+def preload() -> None:
+    """Read and hash every script now (a ``-P`` parent before it forks: its children share them)."""
+    for path in sorted(LUA_DIRECTORY.glob("*.lua")):
+        script(path.stem)
+
+
 def retry(
     client: redis.Redis,
     *,

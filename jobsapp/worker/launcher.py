@@ -536,8 +536,7 @@ def prepare_children() -> None:
     first read imports importlib.metadata's parsers and fills its path caches."""
     client_chain()
     server_chain()
-    for path in sorted(scripts.LUA_DIRECTORY.glob("*.lua")):
-        scripts.script(path.stem)
+    scripts.preload()
     try:
         importlib.metadata.version("redis")
     except importlib.metadata.PackageNotFoundError:  # redis-py not installed as a distribution: nothing to read ahead
