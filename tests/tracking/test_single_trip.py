@@ -145,3 +145,16 @@ def test_a_missing_event_is_left_to_the_slower_path(redis):
     assert launching.apply(batch) == [True]
     assert Event.objects.get(job_id=item["jid"]).status == "working"
     assert recorder.can_write_committed()
+
+
+def test_events_are_looked_up_by_job_id_through_one_index():
+    # Given the migrated event table
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE tablename = %s", [Event._meta.db_table])
+        definitions = [row[0] for row in cursor.fetchall()]
+    # Then its job_id has the unique index only: no pattern-ops copy for LIKE, which every
+    # write of an event would pay for (migration 0005)
+    assert [definition for definition in definitions if "(job_id" in definition] == [
+        definition for definition in definitions if "UNIQUE" in definition and "(job_id)" in definition
+    ]
+    assert not any("varchar_pattern_ops" in definition for definition in definitions)
