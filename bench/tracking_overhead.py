@@ -8,7 +8,9 @@ SQLite (a fresh WAL file) and on PostgreSQL (``--postgres URL``, default the CI 
   with ``Task.objects.launch`` (jobs pushed while the queue is paused; the clock runs from
   resume until ``stat:processed`` / the task's ``finished_at`` says all are done), with the CPU
   per job of the workers and of the PostgreSQL server processes serving them (from /proc: it
-  moves less with other load on the machine than jobs/s does, compare it before and after);
+  moves less with other load on the machine than jobs/s does, compare it before and after) and,
+  on PostgreSQL, the WAL written and the transactions per tracked job (the server's, so anything
+  else writing to it meanwhile counts too);
 - how long launching a 100,000-job task takes (rows + push);
 - the API's poll latency (``GET /api/tasks/<id>/``, p50/p99, plain and with a matching
   ``If-None-Match``) on that 100,000-job task while the workers drain it and write its events.
@@ -135,10 +137,21 @@ def measure(jobs: int, poll_jobs: int, py_spy: str | None = None) -> dict[str, o
                 cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
                 return [row[0] for row in cursor.fetchall()]
 
+        def wal_and_xid() -> tuple[int, int]:
+            """The server's WAL position (bytes) and next transaction id: what every database of
+            the server wrote meanwhile (PostgreSQL only; (0, 0) elsewhere)."""
+            if connection.vendor != "postgresql":
+                return 0, 0
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, txid_snapshot_xmax(txid_current_snapshot())")
+                wal, xid = cursor.fetchone()
+                return int(wal), int(xid)
+
         def drain(launch, done, name: str) -> float:
             redis.sadd(keys.PAUSED, "bench")
             launch()
             time.sleep(0.3)
+            wal_before = wal_and_xid()
             workers_before = cpu_seconds(session_pids(workers.pid))
             servers_before = dict(zip(servers := backends(), [cpu_seconds([pid]) for pid in servers], strict=True))
             spy = None
@@ -159,6 +172,8 @@ def measure(jobs: int, poll_jobs: int, py_spy: str | None = None) -> dict[str, o
             workers_cpu = cpu_seconds(session_pids(workers.pid)) - workers_before
             servers_cpu = sum(cpu_seconds([pid]) - servers_before.get(pid, 0.0) for pid in backends())
             results[f"{name}_cpu"] = [workers_cpu / jobs * 1e6, servers_cpu / jobs * 1e6]
+            wal_after = wal_and_xid()
+            results[f"{name}_writes"] = [(wal_after[0] - wal_before[0]) / jobs, (wal_after[1] - wal_before[1]) / jobs]
             return jobs / elapsed
 
         before = int(redis.get(keys.STAT_PROCESSED) or 0)
@@ -258,13 +273,15 @@ def main() -> None:
                 (f"{label}: CPU per job, untracked / tracked (workers; database server)",
                  "{:.0f} / {:.0f} µs; {:.0f} / {:.0f} µs".format(
                      result["untracked_cpu"][0], result["tracked_cpu"][0], result["untracked_cpu"][1], result["tracked_cpu"][1])),
+                *([(f"{label}: per tracked job, WAL written / write transactions (the whole server's)",
+                    "{:.0f} bytes / {:.2f}".format(*result["tracked_writes"]))] if label == "PostgreSQL" else []),
                 (f"{label}: launch a {options.poll_jobs:,}-job task (rows + push)", f"{result['launch_seconds']:.1f} s"),
                 (f"{label}: poll GET /api/tasks/<id>/ while workers drain it",
                  "p50 {:.2f} ms, p99 {:.2f} ms ({} polls)".format(*result["poll_plain"])),
                 (f"{label}: same poll with If-None-Match (304 when unchanged)",
                  "p50 {:.2f} ms, p99 {:.2f} ms ({} polls)".format(*result["poll_conditional"])),
             ]  # fmt: skip
-            for row in rows[-6:]:
+            for row in rows[-(7 if label == "PostgreSQL" else 6) :]:
                 print(*row, sep=": ")
     finally:
         server.stop()
