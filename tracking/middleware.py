@@ -118,9 +118,7 @@ class TrackingServerMiddleware(ServerMiddleware):
     @staticmethod
     def _record(item: Item, transition: Transition, message: str) -> None:
         """Record one of the engine's decisions, after the job's earlier records."""
-        task_id = item.get("task_id")
-        change = Change(item["jid"], transition, timezone.now(), message=message, task_id=task_id if isinstance(task_id, str) else None)
-        record_change(change, wait=True)
+        record_change(Change(item["jid"], transition, timezone.now(), message=message), wait=True)
 
     def on_retry(
         self,

@@ -104,15 +104,7 @@ class EventHandle:
     def end(self, transition: Transition, message: str | None = None) -> bool | None:
         """Record how the run ended, with the buffered messages, in one write; returns once it is
         committed (so before the engine acknowledges the job)."""
-        task_id = self.item.get("task_id") if self.item is not None else None
-        change = Change(
-            self.job_id,
-            transition,
-            timezone.now(),
-            message=message,
-            entries=self._take(),
-            task_id=task_id if isinstance(task_id, str) else None,
-        )
+        change = Change(self.job_id, transition, timezone.now(), message=message, entries=self._take())
         return record_change(change, wait=True)
 
     def _take(self) -> list[MessageEntry]:

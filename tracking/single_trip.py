@@ -15,11 +15,12 @@ allowed state (messages appended, then capped as ``transitions.capped`` does), m
 writer's counter shard by the states the events really left, stamps the task's ``started_at``
 once, and returns each locked event's state before the batch.
 
-That call goes with ``BEGIN`` before it, ``COMMIT`` after it and the progress read of the tasks
-the batch may settle (the ones the jobs' payloads name, ``Change.task_id``) in one pipeline: one
-round trip. ``recorder._transition`` on the states it returns gives each change's result, exactly
-what the function applied. A task the batch settled events of that no payload named (a duplicate
-finding its event final, a hint missing) is read in a second round trip.
+The client sends one statement: ``CALL tracking_record_batch(...)`` (migration 0006), outside
+any transaction. The procedure runs that function, commits, and then, in a new snapshot, reads
+the progress of the tasks the batch settled events of or found final events of, so the finish
+check follows the commit as it must; it returns the events' prior states and those rows as JSON.
+One round trip, no ``BEGIN``/``COMMIT`` of the client's. ``recorder._transition`` on the states
+it returns gives each change's result, exactly what the function applied.
 
 Exact under at-least-once delivery as the two-trip path is: the events are locked in id order,
 the counts move in the same statement by the states the events really had, and the progress read
@@ -30,16 +31,15 @@ caller (``launching.apply``), which records them the slower way after this commi
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
 
-from .models import Task
-from .recorder import TaskProgress, _count_deltas, _EventState, _progress_columns, _transition
+from .recorder import TaskProgress, _EventState, _transition
 from .transitions import MAX_MESSAGES, Change
 
 
@@ -79,44 +79,31 @@ def write(changes: Sequence[Change], shard: int, statuses: Sequence[str]) -> Wri
 
     outcomes = _outcomes(changes, statuses[0])
     now = max(change.at for change in changes)
-    hinted = sorted({hint for change in changes if change.transition.to_final and (hint := _task_hint(change))})
-    sql = _sql()
     connection.ensure_connection()
-    raw = connection.connection
     with connection.wrap_database_errors:
-        cursor, main, check = psycopg.Cursor(raw), psycopg.Cursor(raw), psycopg.Cursor(raw)
-        with raw.pipeline() as pipeline:
-            cursor.execute("BEGIN")
-            job_ids = json.dumps([row["job_id"] for row in outcomes])
-            main.execute(sql.apply, [json.dumps(outcomes), job_ids, list(statuses), now, shard, MAX_MESSAGES - 1])
-            cursor.execute("COMMIT")
-            if hinted:
-                check.execute(sql.progress, [hinted])
-            pipeline.sync()
-            rows = main.fetchall()
-            seen = {row[0]: TaskProgress.from_row(row) for row in check.fetchall()} if hinted else {}
-        states = {job_id: _EventState(0, task_id, status, final, (status, final)) for job_id, task_id, status, final in rows}
-        leftover = [index for index, change in enumerate(changes) if change.job_id not in states and change.item is not None]
-        skipped = set(leftover)
-        applied, final_seen = _transition([change for index, change in enumerate(changes) if index not in skipped], states)
-        results = iter(applied)
-        deltas = _count_deltas([state for state in states.values() if state.changes])
-        checked = {task_id for task_id, delta in deltas.items() if delta.counts["settled"] > 0} | final_seen
-        unread = sorted(checked - set(hinted))
-        if unread:
-            check.execute(sql.progress, [unread])
-            seen.update((row[0], TaskProgress.from_row(row)) for row in check.fetchall())
-    complete = [seen[task_id] for task_id in sorted(checked) if task_id in seen and seen[task_id].complete]
+        # Server-side binding, whatever cursor_factory Django set; outside any transaction
+        # (available() checked autocommit), so the procedure may commit.
+        cursor = psycopg.Cursor(connection.connection)
+        job_ids = json.dumps([row["job_id"] for row in outcomes])
+        cursor.execute(CALL, [json.dumps(outcomes), job_ids, list(statuses), now, shard, MAX_MESSAGES - 1])
+        found, progress = cursor.fetchone() or (None, None)
+    states = {
+        str(job_id): _EventState(0, str(task_id), str(status), bool(final), (str(status), bool(final)))
+        for job_id, task_id, status, final in _rows(found)
+    }
+    leftover = [index for index, change in enumerate(changes) if change.job_id not in states and change.item is not None]
+    skipped = set(leftover)
+    results = iter(_transition([change for index, change in enumerate(changes) if index not in skipped], states)[0])
+    complete = [task for task in map(TaskProgress.from_row, _rows(progress)) if task.complete]
     return Written([False if index in skipped else next(results) for index in range(len(changes))], complete, leftover, now)
 
 
-def _task_hint(change: Change) -> str | None:
-    """The task the job's payload names (the event's row decides; this only says which task's
-    progress to read in the same round trip)."""
-    if change.task_id is not None:
-        return change.task_id
-    task_id = change.item.get("task_id") if change.item is not None else None
-    return task_id if isinstance(task_id, str) else None
+def _rows(document: Any) -> list[Any]:
+    """A JSON array of rows as the procedure returns it (text or parsed, as the connection's
+    loaders hand it over; NULL when empty)."""
+    if document is None:
+        return []
+    return list(json.loads(document) if isinstance(document, (str, bytes)) else document)
 
 
 def _outcomes(changes: Sequence[Change], status: str) -> list[dict[str, object]]:
@@ -140,31 +127,24 @@ def _outcomes(changes: Sequence[Change], status: str) -> list[dict[str, object]]
     ]
 
 
-@dataclass(frozen=True, slots=True)
-class _Sql:
-    apply: str
-    progress: str
-
-
-@functools.cache
-def _sql() -> _Sql:
-    """The statements (identifiers from model metadata only; every value is a parameter)."""
-    tasks = connection.ops.quote_name(Task._meta.db_table)
-    return _Sql(
-        apply="SELECT * FROM tracking_apply_batch(%s::json, %s::json, %s::text[], %s::timestamptz, %s::integer, %s::integer)",
-        progress=f"SELECT {_progress_columns('t')} FROM {tasks} t WHERE t.id = ANY(%s::text[]) AND t.finished_at IS NULL",  # noqa: S608
-    )
+#: The procedure of migration 0006 (its two INOUT results passed as NULL).
+CALL = "CALL tracking_record_batch(%s::json, %s::json, %s::text[], %s::timestamptz, %s::integer, %s::integer, NULL, NULL)"
+PROCEDURE = "tracking_record_batch(json, json, text[], timestamptz, integer, integer, json, json)"
 
 
 def available() -> bool:
-    """Whether this connection's database has ``tracking_apply_batch`` (migration 0004): looked up
-    once per connection."""
+    """Whether this path can run here: outside any transaction in autocommit (the procedure
+    commits), on a database that has the procedure (migration 0006; looked up once per
+    connection)."""
     connection.ensure_connection()
+    if not connection.get_autocommit():
+        return False
     raw = connection.connection
-    known = getattr(connection, "_tracking_apply_batch", None)
+    known = getattr(connection, "_tracking_record_batch", None)
     if known is None or known[0] is not raw:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT to_regprocedure('tracking_apply_batch(json, json, text[], timestamptz, integer, integer)') IS NOT NULL")
-            known = (raw, bool(cursor.fetchone()[0]))
-        connection._tracking_apply_batch = known  # type: ignore[attr-defined]
+            cursor.execute("SELECT to_regprocedure(%s) IS NOT NULL", [PROCEDURE])
+            row = cursor.fetchone()
+            known = (raw, bool(row and row[0]))
+        connection._tracking_record_batch = known  # type: ignore[attr-defined]
     return bool(known[1])

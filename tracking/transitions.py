@@ -97,4 +97,3 @@ class Change:
     message: str | None = None
     entries: Sequence[MessageEntry] = ()
     item: Item | None = None
-    task_id: str | None = None

@@ -55,8 +55,8 @@ def test_a_batch_applies_what_the_reading_path_would_and_counts_it(redis):
     # duplicate) and records a start for a job it does not know (no payload: nothing to record)
     batch = [
         transitions.Change(waiting, transitions.START, now, item={"task_id": task.pk}),
-        transitions.Change(waiting, transitions.FINISHED, now, message="done", task_id=task.pk),
-        transitions.Change(waiting, transitions.FINISHED, now, task_id=task.pk),
+        transitions.Change(waiting, transitions.FINISHED, now, message="done"),
+        transitions.Change(waiting, transitions.FINISHED, now),
         transitions.Change(running, transitions.CRASHED, now, message="ValueError: boom"),
         transitions.Change(finished, transitions.FINISHED, now),
         transitions.Change("f" * 24, transitions.START, now),
