@@ -165,6 +165,10 @@ class BufferedDispatcher:
         self._blocking_error: tuple[BaseException, bool] | None = None  # its fetch failed (error, unexpected)
         self._blocking_answered = False  # a blocking fetch got a reply since the fetcher last looked (ends an outage)
         self._fetcher: threading.Thread | None = None
+        # under the lock: who waits now; a notify, and the fair fetch target it rests on, are
+        # skipped when nobody waits (a busy process takes and frees a thread every job)
+        self._fetcher_waiting = False
+        self._threads_waiting = 0
 
     def start(self) -> None:
         self._fetcher = threading.Thread(target=self._fetch_loop, name="jobsapp.fetcher", daemon=True)
@@ -177,8 +181,10 @@ class BufferedDispatcher:
         return unstarted
 
     def room_freed_locked(self) -> None:
-        if self._below_low_water(self._target()):
-            self.occupancy.room.notify()  # a thread is free: the fetcher may take a job for it
+        # a thread is free: the fetcher may take a job for it (when it is not waiting, it looks
+        # at the buffer again before it waits)
+        if self._fetcher_waiting and self._below_low_water(self._target()):
+            self.occupancy.room.notify()
 
     def held_locked(self) -> list[UnitOfWork]:
         return list(self._buffer)
@@ -256,7 +262,11 @@ class BufferedDispatcher:
                     target = self._target()
                     if self._below_low_water(target):
                         break
-                occupancy.room.wait(1.0)
+                self._fetcher_waiting = True
+                try:
+                    occupancy.room.wait(1.0)
+                finally:
+                    self._fetcher_waiting = False
             failure, self._blocking_error = self._blocking_error, None
             answered, self._blocking_answered = self._blocking_answered, False
             # the wait ended below the low water mark with a fresh target, or with a failure
@@ -312,16 +322,19 @@ class BufferedDispatcher:
                     if self._blocking_wanted and not self._blocking:
                         self._blocking = True  # this thread blocks for the next job and runs it
                         break
-                    occupancy.work_ready.wait()
+                    self._threads_waiting += 1
+                    try:
+                        occupancy.work_ready.wait()
+                    finally:
+                        self._threads_waiting -= 1
                 else:
                     if not self._buffer:
                         return None
                     unit = self._buffer.popleft()
-                    if self._buffer:
+                    if self._buffer and self._threads_waiting:
                         occupancy.work_ready.notify()
                     occupancy.running[ident] = Running(unit, time.time())
-                    if self._below_low_water(self._target()):
-                        occupancy.room.notify()
+                    self.room_freed_locked()  # the buffer shrank: the fetcher may fetch
                     return unit
             blocked_for = self._block_for_unit(ident)
             if blocked_for is not None:
