@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import encodings.idna  # noqa: F401  (the codec a connect to a host name needs: imported before -P forks)
 import faulthandler
-import importlib.metadata
 import logging
 import os
 import random
@@ -54,6 +53,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import redis
+import redis.utils
 
 from .. import connection, keys, scripts, shards
 from ..backoff import Backoff
@@ -537,10 +537,7 @@ def prepare_children() -> None:
     client_chain()
     server_chain()
     scripts.preload()
-    try:
-        importlib.metadata.version("redis")
-    except importlib.metadata.PackageNotFoundError:  # redis-py not installed as a distribution: nothing to read ahead
-        pass
+    redis.utils.get_lib_version()  # what redis-py reads for each new connection
 
 
 def run(options: WorkerOptions) -> int:
