@@ -18,7 +18,7 @@ raises ``jobsapp.RedisUnavailable``.
 
 from __future__ import annotations
 
-from types import ModuleType
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ..redaction import REDACTED, redact
@@ -56,56 +56,15 @@ _LOCATIONS = {
 _ALIASES = {"Workers": "WorkSet"}
 
 
-def _submodule(name: str) -> ModuleType:
-    """The submodule ``name``, imported by a statement of its own: no string becomes an import."""
-    if name == "batches":
-        from . import batches
-
-        return batches
-    if name == "completed":
-        from . import completed
-
-        return completed
-    if name == "limits":
-        from . import limits
-
-        return limits
-    if name == "lookup":
-        from . import lookup
-
-        return lookup
-    if name == "periodic":
-        from . import periodic
-
-        return periodic
-    if name == "processes":
-        from . import processes
-
-        return processes
-    if name == "queues":
-        from . import queues
-
-        return queues
-    if name == "records":
-        from . import records
-
-        return records
-    if name == "sorted_sets":
-        from . import sorted_sets
-
-        return sorted_sets
-    if name == "stats":
-        from . import stats
-
-        return stats
-    raise AttributeError(name)
-
-
 def __getattr__(name: str) -> Any:
     target = _ALIASES.get(name, name)
     if target not in _LOCATIONS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_submodule(_LOCATIONS[target]), target)
+    # The first name used imports the whole API, each module by a statement of its own (no string
+    # becomes an import); each name then becomes a plain attribute as it is used.
+    from . import batches, completed, limits, lookup, periodic, processes, queues, records, sorted_sets, stats  # noqa: F401
+
+    value = getattr(sys.modules[f"{__name__}.{_LOCATIONS[target]}"], target)
     globals()[name] = value  # the next access is a plain attribute
     return value
 
