@@ -92,6 +92,18 @@ class _EventState:
     messages: list[dict[str, Any]] | None = None
     updated_at: datetime | None = None
 
+    def written(self) -> dict[str, Any]:
+        """The fields a batch writes back to the event row (JSON-ready; ``updated_at`` is set by
+        the transitions before any write)."""
+        return {
+            "status": self.status,
+            "final": self.final,
+            "attempts": self.attempts,
+            "changes": self.changes,
+            "updated_at": self.updated_at.isoformat(),  # type: ignore[union-attr]
+            "messages": self.messages,
+        }
+
 
 @dataclass(slots=True)
 class _TaskDelta:
@@ -226,18 +238,7 @@ def write_committed(changes: Sequence[Change], shard: int) -> Committed | None:
             starting = [task_id for task_id, delta in deltas.items() if delta.started and task_id not in _started]
             if changed:
                 # One JSON document per statement: json.dumps is C, an array per column is not.
-                rows = [
-                    {
-                        "id": state.id,
-                        "status": state.status,
-                        "final": state.final,
-                        "attempts": state.attempts,
-                        "changes": state.changes,
-                        "updated_at": state.updated_at.isoformat(),  # type: ignore[union-attr]
-                        "messages": state.messages,
-                    }
-                    for state in changed
-                ]
+                rows = [{"id": state.id, **state.written()} for state in changed]
                 cursor.execute(sql.events, [json.dumps(rows), [state.id for state in changed]])
                 counters = [{"task_id": task_id, **deltas[task_id].counts} for task_id in sorted(deltas)]
                 cursor.execute(sql.counters, [shard, now, json.dumps(counters)])

@@ -113,18 +113,7 @@ def _outcomes(changes: Sequence[Change], status: str) -> list[dict[str, object]]
     job_ids = list(dict.fromkeys(change.job_id for change in changes))
     states = {job_id: _EventState(0, "", status, False, (status, False)) for job_id in job_ids}
     _transition(changes, states)
-    return [
-        {
-            "job_id": job_id,
-            "status": state.status,
-            "final": state.final,
-            "attempts": state.attempts,
-            "changes": state.changes,
-            "updated_at": state.updated_at.isoformat(),  # type: ignore[union-attr]
-            "messages": state.messages,
-        }
-        for job_id, state in states.items()
-    ]
+    return [{"job_id": job_id, **state.written()} for job_id, state in states.items()]
 
 
 #: The procedure of migration 0006 (its two INOUT results passed as NULL).
