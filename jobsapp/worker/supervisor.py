@@ -7,6 +7,11 @@ so its in-flight list is recovered at once by the new child's slot claim (recove
 that crashes more than 5 times a minute is restarted later (up to 30 s), without holding up the
 other slots. TERM/INT stop the children (forwarded) and, after ``timeout_seconds`` + 10 s, kill
 those still running; TSTP and TTIN are forwarded.
+
+Those four signals are blocked while a child is forked and entered in ``children``: a stop that
+arrives then is handled once the new child is known, so it reaches that child too (a child
+restarted just as a deploy stops the fleet must not keep the parent waiting). The child starts
+with them blocked and unblocks them once their handlers are back to the defaults.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import NoReturn
 
 from django.db import connections
 
@@ -31,6 +37,8 @@ RESTARTS_PER_MINUTE = 5
 MAX_RESTART_DELAY_SECONDS = 30.0
 #: Extra seconds the children get past their own shutdown timeout before they are killed.
 KILL_GRACE_SECONDS = 10.0
+#: What the parent handles and forwards; blocked around each fork.
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN)
 
 
 class Supervisor:
@@ -44,6 +52,9 @@ class Supervisor:
         self.run_child = run_child
         self.children: dict[int, int] = {}  # pid -> slot
         self.stopping = False
+        #: The stop signal (TERM or INT) received, and the children it was forwarded to.
+        self.stop_signal: int | None = None
+        self.told_to_stop: set[int] = set()
         self.restarts: dict[int, list[float]] = {}
 
     def _spawn(self, slot_number: int) -> None:
@@ -54,23 +65,36 @@ class Supervisor:
         # it shares with the parent, one by one (Python's gc.freeze advice for pre-fork servers).
         # -P 2 -c 10: the PSS of all three processes 111 -> 71 MB.
         gc.freeze()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGCHLD):
-                    signal.signal(signum, signal.SIG_DFL)
-                code = self.run_child(slot_number)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:  # the child must never return into the parent's code
-                logger.exception("worker process in slot %d crashed", slot_number)
-                code = 1
-            finally:
-                logging.shutdown()
-                os._exit(code)
-        self.children[pid] = slot_number
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS)
+        try:
+            if self.stopping:  # a stop arrived since this restart was decided
+                return
+            pid = os.fork()
+            if pid == 0:
+                self._become_child(slot_number, blocked)
+            self.children[pid] = slot_number
+            if self.stop_signal is not None and pid not in self.told_to_stop:
+                self._tell(pid, self.stop_signal)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         logger.info("started worker process %d in slot %d", pid, slot_number)
+
+    def _become_child(self, slot_number: int, mask: Iterable[int]) -> NoReturn:
+        """The forked child: the default handlers, the parent's signal mask, then ``run_child``. Never returns."""
+        code = 1
+        try:
+            for signum in (*FORWARDED_SIGNALS, signal.SIGCHLD):
+                signal.signal(signum, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            code = self.run_child(slot_number)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:  # the child must never return into the parent's code
+            logger.exception("worker process in slot %d crashed", slot_number)
+            code = 1
+        finally:
+            logging.shutdown()
+            os._exit(code)
 
     def restart_delay_seconds(self, slot_number: int) -> float:
         """Note that the child in ``slot_number`` died; the seconds to wait before its restart: 0,
@@ -84,16 +108,23 @@ class Supervisor:
             return min(MAX_RESTART_DELAY_SECONDS, 2.0 ** (len(history) - RESTARTS_PER_MINUTE))
         return 0.0
 
+    def _tell(self, pid: int, signum: int) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            return
+        if signum == self.stop_signal:
+            self.told_to_stop.add(pid)
+
     def _forward(self, signum: int) -> None:
         for pid in list(self.children):
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
+            self._tell(pid, signum)
 
     def run(self) -> int:
         def on_stop(signum: int, _frame: object) -> None:
             self.stopping = True
+            if self.stop_signal is None:
+                self.stop_signal = signum
             self._forward(signum)
 
         signal.signal(signal.SIGTERM, on_stop)

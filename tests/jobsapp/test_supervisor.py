@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -97,3 +99,46 @@ def test_a_single_process_stopped_by_the_hard_limit_restarts_in_place_and_runs_t
         assert redis.zcard("retry") == 1
     # and a TERM still stops it cleanly
     assert worker.process.returncode == 0, worker.output[-3000:]
+
+
+_STOP_DURING_A_FORK = """
+import os, signal, sys, time
+import django
+django.setup()
+from jobsapp.worker import supervisor as module
+
+real_fork = os.fork
+forks = []
+
+def fork_then_stop():
+    pid = real_fork()
+    forks.append(pid)
+    if pid and len(forks) == 2:  # the parent, right after forking slot 1: a deploy's TERM arrives
+        os.kill(os.getpid(), signal.SIGTERM)
+    return pid
+
+def run_child(slot_number):
+    parent = os.getppid()
+    while os.getppid() == parent:  # a child that only a stop signal ends (or its parent's death)
+        time.sleep(0.05)
+    return 1
+
+module.os.fork = fork_then_stop
+started = time.monotonic()
+code = module.Supervisor(processes=2, timeout_seconds=60, run_child=run_child).run()
+print(f"exit {code} after {time.monotonic() - started:.1f} s", flush=True)
+"""
+
+
+def test_a_stop_that_arrives_while_a_child_is_forked_reaches_that_child_too():
+    # Given a supervisor of two children, and a TERM that lands just after the second fork
+    # (before the parent has entered the new child in its table)
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    # When it runs, Then both children stop and the parent exits at once: it does not wait the
+    # 70 s kill deadline for a child that never heard the stop
+    done = subprocess.run(
+        [sys.executable, "-c", _STOP_DURING_A_FORK], env=environment, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("exit 0 after "), done.stdout
+    assert float(done.stdout.split()[3]) < 10
