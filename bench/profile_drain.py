@@ -13,13 +13,18 @@ are the numbers to compare before and after a change.
   raw (collapsed stacks) format: only the thread holding the GIL is sampled, so the stacks show
   where a GIL-bound process spends its time;
 - ``--commands``: the Redis commands the drain sent, per job (``INFO commandstats``, reset as the
-  jobs are released; the benchmark's own polling of the done counter is left out).
+  jobs are released; the benchmark's own polling of the done counter is left out);
+- ``--per-thread``: the workers' CPU per job by thread (jobsapp only): the processor threads, the
+  fetcher, the acker and the rest, named by ``py-spy dump`` before the drain and summed over the
+  processes; it shows how much of a job's cost the threads that run jobs pay themselves.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -53,6 +58,47 @@ def process_cpu(pid: int) -> tuple[float, float, int]:
         system += one[1]
         switches += one[2]
     return user, system, switches
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """A Python process's threads: OS thread id -> thread name (``py-spy dump --json``), with the
+    number of a numbered name (``jobsapp.processor-3``) replaced by ``N`` to group them."""
+    spy = str(Path(sys.executable).with_name("py-spy"))
+    dumped = subprocess.run([spy, "dump", "--json", "--pid", str(pid)], capture_output=True, text=True, check=True).stdout
+    return {thread["os_thread_id"]: re.sub(r"-\d+$", "-N", thread["thread_name"] or "?") for thread in json.loads(dumped)}
+
+
+def threads_cpu(pids: list[int]) -> dict[tuple[int, int], tuple[float, float, int]]:
+    """``task_cpu`` of every live thread of ``pids``, by (pid, thread id)."""
+    measured = {}
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                measured[(pid, int(task.name))] = task_cpu(pid, int(task.name))
+            except OSError:  # the thread ended meanwhile
+                continue
+    return measured
+
+
+def print_per_thread(names: dict[tuple[int, int], str], before: dict, after: dict, jobs: int) -> None:
+    """CPU per job and context switches per job of each group of like-named threads."""
+    groups: dict[str, list[float]] = {}
+    for key, (user, system, switches) in after.items():
+        if key not in before:
+            continue
+        group = groups.setdefault(names.get(key, "?"), [0.0, 0.0, 0.0, 0.0])
+        group[0] += user - before[key][0]
+        group[1] += system - before[key][1]
+        group[2] += switches - before[key][2]
+        group[3] += 1
+    total = sum(user + system for user, system, _, _ in groups.values()) or 1.0
+    for name, (user, system, switches, count) in sorted(groups.items(), key=lambda item: -(item[1][0] + item[1][1])):
+        if user + system == 0 and switches == 0:
+            continue
+        print(
+            f"    {name} x{count:.0f}: user {user / jobs * 1e6:.1f} us/job, sys {system / jobs * 1e6:.1f} us/job "
+            f"({100 * (user + system) / total:.0f} %), context switches {switches / jobs:.2f}/job"
+        )
 
 
 def profiler(options: argparse.Namespace, pid: int) -> subprocess.Popen[bytes] | None:
@@ -90,11 +136,14 @@ def main() -> None:
     parser.add_argument("--strace-seconds", type=float, default=2.0)
     parser.add_argument("--py-spy", metavar="FILE")
     parser.add_argument("--commands", action="store_true", help="Redis commands per job, from INFO commandstats")
+    parser.add_argument("--per-thread", action="store_true", help="the workers' CPU per job by thread (jobsapp only)")
     parser.add_argument("--no-gil", dest="gil", action="store_false", help="py-spy samples every active thread, not only the GIL holder")
     options = parser.parse_args()
 
     if options.system == "sidekiq" and options.kind in PYTHON_ONLY_KINDS:
         parser.error(f"Sidekiq does not run the {options.kind} kind (Django only)")
+    if options.system == "sidekiq" and options.per_thread:
+        parser.error("--per-thread names Python threads: jobsapp only")
     server = RedisServer().start()
     os.environ["REDIS_URL"] = server.url
     setup_django()
@@ -113,7 +162,9 @@ def main() -> None:
                 workers = [pid for pid in workers if pid not in leaders]
             redis_pid = server.process.pid if server.process is not None else 0
             watched = [*workers, redis_pid]
+            names = {(pid, tid): name for pid in workers for tid, name in thread_names(pid).items()} if options.per_thread else {}
             before = {pid: process_cpu(pid) for pid in watched}
+            threads_before = threads_cpu(workers) if options.per_thread else {}
             done_before = fleet.done()
             attached = profiler(options, workers[0])
             if options.commands:
@@ -129,6 +180,7 @@ def main() -> None:
             fleet.wait_done(done_before + options.jobs, timeout_seconds=600)
             elapsed = time.perf_counter() - started
             after = {pid: process_cpu(pid) for pid in watched}
+            threads_after = threads_cpu(workers) if options.per_thread else {}
             commands = bench.client.info("commandstats") if options.commands else {}
             if attached is not None:
                 attached.send_signal(2)
@@ -142,6 +194,8 @@ def main() -> None:
             system = sum(after[pid][1] - before[pid][1] for pid in pids) / jobs * 1e6
             switches = sum(after[pid][2] - before[pid][2] for pid in pids) / jobs
             print(f"  {label}: user {user:.0f} us/job, sys {system:.0f} us/job, context switches {switches:.2f}/job")
+            if label == "workers" and options.per_thread:
+                print_per_thread(names, threads_before, threads_after, jobs)
         if commands:
             print_commands(commands, options.jobs)
         if options.strace:
