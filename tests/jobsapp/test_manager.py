@@ -384,10 +384,19 @@ def test_stop_cancels_an_async_job_still_running_at_the_deadline_and_puts_it_bac
     )
     before = set(threading.enumerate())
     manager.start()
+    seen: dict[str, object] = {}
+
+    def both_started() -> bool:
+        seen.update(ran=listed(redis, RAN_KEY), started=sorted(listed(redis, STARTED_KEY)))
+        return seen["ran"] == ["short"] and seen["started"] == ["long", "short"]
+
     try:
-        eventually(
-            lambda: listed(redis, RAN_KEY) == ["short"] and sorted(listed(redis, STARTED_KEY)) == ["long", "short"], message="both started"
-        )
+        try:
+            eventually(both_started, message="both started")
+        except AssertionError as exc:  # what the process was doing, for a failure on a loaded machine
+            queued = redis.llen(keys.queue("default"))
+            in_flight = redis.llen(manager.fetch.inflight_key)
+            raise AssertionError(f"{exc}; last seen {seen}, queued {queued}, in flight {in_flight}, busy {manager.busy()}") from None
         (loop_thread,) = [thread for thread in set(threading.enumerate()) - before if thread.name == "jobsapp.event-loop"]
     finally:
         # When the process stops with a deadline 1 s away
