@@ -2,6 +2,9 @@
 
 The engine is pointed at it through settings.JOBSAPP and $REDIS_URL (for worker subprocesses).
 PostgreSQL is used when $DATABASE_URL points at one; SQLite otherwise.
+
+Every test that can reach the database is marked ``database`` at collection (below), which is
+how .ci/run picks the tests it runs a second time on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -13,7 +16,46 @@ from collections.abc import Iterator
 import pytest
 import redis as redis_lib
 
+from tests import workers
 from tests.redis_server import RedisServer
+
+#: Whole directories whose subject is database-backed: tracking (models, migrations, the
+#: PostgreSQL single-trip path) and the django.tasks backend's conformance suite.
+DATABASE_DIRECTORIES = ("tests/tracking/", "tests/conformance/django_tasks/")
+#: pytest-django's fixtures behind every way a test gets the database: db, transactional_db,
+#: live_server, admin_client, django_user_model, ... (and any fixture built on them).
+DATABASE_FIXTURES = frozenset({"_django_db_helper", "django_db_setup"})
+
+
+def uses_database(item: pytest.Item) -> bool:
+    """Whether a test can reach the database. pytest-django refuses the database to any test
+    without one of these, so a test that uses the ORM in this process is always caught; a test
+    whose worker processes use it gets them the database through ``worker_database_url`` (which
+    asks for the mark) or is marked ``database`` by hand."""
+    if item.get_closest_marker("database") or item.get_closest_marker("django_db"):
+        return True
+    if DATABASE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    test_class = getattr(item, "cls", None)
+    if test_class is not None:
+        from django.test import TransactionTestCase  # django.test.TestCase is one too
+
+        if issubclass(test_class, TransactionTestCase):
+            return True
+    path = item.path.relative_to(item.config.rootpath).as_posix()
+    return path.startswith(DATABASE_DIRECTORIES)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if uses_database(item):
+            item.add_marker(pytest.mark.database)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    workers.running_test_uses_database = item.get_closest_marker("database") is not None
 
 
 @pytest.fixture(scope="session")

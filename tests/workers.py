@@ -191,11 +191,22 @@ class WorkerProcess:
         self.redis.close()
 
 
+#: Whether the running test is marked ``database`` (set by tests/conftest.py before its setup).
+running_test_uses_database = False
+
+
 def worker_database_url() -> str:
     """``DATABASE_URL`` for a worker subprocess that must use this test's database (skips when
-    the test database is in memory, which no other process can open)."""
+    the test database is in memory, which no other process can open). The test must be marked
+    ``database`` (its database fixtures mark it), so that .ci/run runs it on PostgreSQL too."""
     import pytest
     from django.db import connection
+
+    if not running_test_uses_database:
+        pytest.fail(
+            "worker_database_url() in a test not marked database: request transactional_db, or mark it "
+            "@pytest.mark.database, so that it also runs on PostgreSQL"
+        )
 
     settings = connection.settings_dict
     if connection.vendor == "sqlite":
