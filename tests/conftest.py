@@ -38,9 +38,11 @@ def uses_database(item: pytest.Item) -> bool:
         return True
     test_class = getattr(item, "cls", None)
     if test_class is not None:
-        from django.test import TransactionTestCase  # django.test.TestCase is one too
+        from django.test import SimpleTestCase
 
-        if issubclass(test_class, TransactionTestCase):
+        # Django's TestCase and TransactionTestCase have databases = {"default"}; a SimpleTestCase
+        # has none unless it names some
+        if issubclass(test_class, SimpleTestCase) and test_class.databases:
             return True
     path = item.path.relative_to(item.config.rootpath).as_posix()
     return path.startswith(DATABASE_DIRECTORIES)
