@@ -55,10 +55,10 @@ logger = logging.getLogger("jobsapp.manager")
 
 #: The look-ahead covers the jobs the processor threads finish during this many fetch round
 #: trips. The buffer is refilled at half its target, so this also sets how many jobs come in a
-#: fetch. With 2, jobs of about a millisecond came 12 to a fetch and the buffer often ran dry
-#: between fetches: threads then waited and were woken one by one (twice the context switches
-#: per job, in about half the drains). 4 keeps it from running dry (bench.profile_drain, 2x10,
-#: one plain redis-py INCR per job: 18,700 against 13,300 jobs/s, medians of 4 alternating rounds).
+#: fetch. With 2, jobs of about a millisecond came 12 to a fetch and a third of them found the
+#: buffer empty (their thread waited for the fetch and was woken); with 4, one in 12 to 20 did
+#: (bench.profile_drain, 2x10, one plain redis-py INCR per job: 18,700 against 13,300 jobs/s,
+#: medians of 4 alternating rounds).
 LOOKAHEAD_ROUND_TRIPS = 4
 
 #: At stop, how long the idle processor threads of a per-thread fetch get to leave their fetch.
