@@ -51,7 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "TAG": "",
     "LABELS": [],
     "FETCH": "reliable",  # "reliable" (in-flight list per process) or "basic" (Sidekiq's BRPOP)
-    "FETCH_BATCH_SIZE": 50,  # the most jobs one fetch takes (and a process buffers) when jobs are short
+    "FETCH_BATCH_SIZE": 200,  # the most jobs one fetch takes (and a process buffers) when jobs are short
     "FETCH_BLOCK_SECONDS": 2.0,  # how long an idle fetch blocks (BLMOVE) before looking again
     "SERVER_MIDDLEWARE": [],  # dotted paths of jobsapp.middleware.ServerMiddleware subclasses
     "HEARTBEAT_INTERVAL_SECONDS": 5.0,
