@@ -51,11 +51,15 @@ class Supervisor:
         #: Runs in the forked child with the slot number; returns the child's exit code.
         self.run_child = run_child
         self.children: dict[int, int] = {}  # pid -> slot
-        self.stopping = False
-        #: The stop signal (TERM or INT) received, and the children it was forwarded to.
+        #: The stop signal (TERM or INT) received first, and the children it was forwarded to.
         self.stop_signal: int | None = None
         self.told_to_stop: set[int] = set()
         self.restarts: dict[int, list[float]] = {}
+
+    @property
+    def stopping(self) -> bool:
+        """Whether TERM or INT arrived: no child is started or restarted from then on."""
+        return self.stop_signal is not None
 
     def _spawn(self, slot_number: int) -> None:
         connections.close_all()
@@ -122,7 +126,6 @@ class Supervisor:
 
     def run(self) -> int:
         def on_stop(signum: int, _frame: object) -> None:
-            self.stopping = True
             if self.stop_signal is None:
                 self.stop_signal = signum
             self._forward(signum)
