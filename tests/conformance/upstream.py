@@ -1,0 +1,243 @@
+"""Upstream material from the package index: pinned sdists, fetched once, verified, ported at run time.
+
+The conformance suites run other projects' tests, examples and documentation code against this
+one. None of that code lives in this repository: it comes from the projects' source
+distributions on the package index, each pinned by version and sha256 (``Pin`` below), and is
+turned into runnable code at test time by our own port scripts (textual substitutions, checked).
+
+    root = require(DJANGO)                        # the extracted sdist; skips (or fails in CI) if unreachable
+    text = port(read(root, "tests/tasks/tasks.py"), [Substitution("from . import", "from x import")],
+                origin="django tests/tasks/tasks.py")
+
+Fetching: ``python -m pip download --no-deps --no-binary :all: package==version`` into a temporary
+directory inside the cache, the archive's sha256 compared with the pin, then renamed into
+``<cache>/<sha256>/``; extraction goes to a temporary directory renamed into place the same way.
+An advisory lock (``fcntl.flock`` on ``<cache>/<sha256>.lock``) serialises concurrent test
+processes, and the renames mean a reader never sees half a file. The cache is
+``$JOBSAPP_UPSTREAM_CACHE``, or ``var/upstream/`` in the repository (gitignored), so a run
+downloads each sdist once.
+
+Failure modes, all loud: an archive whose sha256 differs from the pin is ``ChecksumMismatch``
+(and is not kept); pip failing (no index, no such version) is ``IndexUnreachable``, which
+``require`` turns into a skip with pip's reason, or into a failure when ``CI=true`` (CI reaches
+the index, so an unreachable one there is a broken proof, not a reason to be silent); a
+substitution that no longer matches the upstream text is ``PortDrift``, so an upstream change can
+never turn a port into a silent no-op.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT_DIR = Path(__file__).resolve().parent.parent.parent
+CACHE_ENVIRONMENT_VARIABLE = "JOBSAPP_UPSTREAM_CACHE"
+DEFAULT_CACHE_DIR = ROOT_DIR / "var" / "upstream"
+#: pip's own retries are kept (a flaky network); this bounds one whole download.
+DOWNLOAD_TIMEOUT_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One source distribution on the package index: its name, exact version and sha256."""
+
+    package: str
+    version: str
+    sha256: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+#: Celery's sdist ships t/ (its test suites), examples/ and docs/.
+CELERY = Pin("celery", "5.7.0", "6a5dfcf6662287204f009a02002b9e66c83d4105e47ebabdc7079108772fc6f0")
+#: Django's sdist ships tests/ (tests/tasks/: django.tasks' own suite). The version the venv runs.
+DJANGO = Pin("django", "6.1.3", "b5d2d9e35295065d13b1927b3f19a59bd119f737aa6299def14ccca1ae3c8c0d")
+#: django-tasks-rq, the django.tasks backend that runs tasks on an RQ worker; ships tests/tests.py.
+DJANGO_TASKS_RQ = Pin("django-tasks-rq", "0.12.0", "84020a65d7b92d867f28d3002b4a6b07514eeda99b880ad91bb041d63e2191e0")
+
+PINS = (CELERY, DJANGO, DJANGO_TASKS_RQ)
+
+
+class UpstreamError(Exception):
+    """Upstream material could not be had as pinned."""
+
+
+class IndexUnreachable(UpstreamError):
+    """pip could not download the sdist (no network, no index, no such version); says pip's reason."""
+
+
+class ChecksumMismatch(UpstreamError):
+    """The downloaded archive is not the pinned one (its sha256 differs)."""
+
+
+class PortDrift(UpstreamError):
+    """A substitution of a port no longer matches the upstream text it was written for."""
+
+
+def cache_dir() -> Path:
+    """Where archives and their extracted trees are kept: ``$JOBSAPP_UPSTREAM_CACHE`` or ``var/upstream``."""
+    configured = os.environ.get(CACHE_ENVIRONMENT_VARIABLE)
+    return Path(configured) if configured else DEFAULT_CACHE_DIR
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``lock_path`` (created if missing) for the block."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _cached_archive(directory: Path) -> Path | None:
+    archives = sorted(directory.glob("*.tar.gz")) if directory.is_dir() else []
+    return archives[0] if archives else None
+
+
+def sdist(package: str, version: str, sha256: str, *, cache: Path | None = None) -> Path:
+    """The path of the verified sdist ``package==version``, downloaded into the cache if missing.
+
+    Raises ``IndexUnreachable`` when pip cannot fetch it and ``ChecksumMismatch`` when what it
+    fetched (or what the cache holds) is not the archive pinned by ``sha256``.
+    """
+    root = cache or cache_dir()
+    directory = root / sha256
+    with _locked(root / f"{sha256}.lock"):
+        archive = _cached_archive(directory)
+        if archive is None:
+            archive = _download(package, version, sha256, root=root)
+        actual = file_sha256(archive)
+        if actual != sha256:
+            raise ChecksumMismatch(f"{archive} has sha256 {actual}, the pin for {package}=={version} is {sha256}")
+        return archive
+
+
+def _download(package: str, version: str, sha256: str, *, root: Path) -> Path:
+    """Download into a temporary directory beside the cache entry; rename it into place once verified."""
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".download-{package}-", dir=root))
+    try:
+        command = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+            "--ignore-requires-python", "--disable-pip-version-check", "--quiet",
+            "--dest", str(staging), f"{package}=={version}",
+        ]  # fmt: skip
+        try:
+            completed = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_SECONDS, check=False)
+        except subprocess.TimeoutExpired as error:
+            raise IndexUnreachable(f"pip download {package}=={version} took over {DOWNLOAD_TIMEOUT_SECONDS:g} s") from error
+        archive = _cached_archive(staging)
+        if completed.returncode != 0 or archive is None:
+            reason = (completed.stderr or completed.stdout).strip().splitlines()
+            raise IndexUnreachable(f"pip download {package}=={version} failed: {' | '.join(reason[-3:]) or 'no archive'}")
+        actual = file_sha256(archive)
+        if actual != sha256:
+            raise ChecksumMismatch(f"the index served {archive.name} with sha256 {actual}, the pin for {package}=={version} is {sha256}")
+        staging.rename(root / sha256)
+        return root / sha256 / archive.name
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def extract(archive: Path) -> Path:
+    """The extracted tree of ``archive`` (its one top-level directory), extracted once beside it.
+
+    Extraction uses tarfile's ``data`` filter: no absolute paths, links out of the tree or devices.
+    """
+    target = archive.parent / "tree"
+    with _locked(archive.parent / ".extract.lock"):
+        if not target.is_dir():
+            staging = Path(tempfile.mkdtemp(prefix=".extract-", dir=archive.parent))
+            try:
+                with tarfile.open(archive, "r:gz") as tar:
+                    tar.extractall(staging, filter="data")
+                staging.rename(target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    tops = [path for path in target.iterdir() if path.is_dir()]
+    if len(tops) != 1:
+        raise UpstreamError(f"{archive.name} does not hold one top-level directory: {sorted(path.name for path in tops)}")
+    return tops[0]
+
+
+def source(pin: Pin) -> Path:
+    """The extracted sdist of ``pin`` (downloading and verifying it first if needed)."""
+    return extract(sdist(pin.package, pin.version, pin.sha256))
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def require(pin: Pin) -> Path:
+    """``source(pin)`` for a test or a fixture: when the index cannot be reached, skip with pip's
+    reason, or fail under ``CI=true``. A checksum mismatch always fails."""
+    try:
+        return source(pin)
+    except IndexUnreachable as error:
+        if in_ci():
+            pytest.fail(f"upstream {pin.requirement} unavailable in CI: {error}", pytrace=False)
+        pytest.skip(f"upstream {pin.requirement} unavailable (package index unreachable?): {error}")
+
+
+def read(root: Path, relative_path: str) -> str:
+    """The text of one upstream file, by its path inside the sdist."""
+    return (root / relative_path).read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Substitution:
+    """Replace ``old`` by ``new``. ``count``: how many times ``old`` must occur (None: at least once).
+
+    ``reason`` says why, for the reader of the port script (it is not applied)."""
+
+    old: str
+    new: str
+    count: int | None = 1
+    reason: str = ""
+
+
+def port(text: str, substitutions: Sequence[Substitution], *, origin: str) -> str:
+    """Apply ``substitutions`` in order; ``PortDrift`` (naming ``origin``) if one matches a
+    different number of times than it says, so an upstream change is never silently skipped."""
+    for substitution in substitutions:
+        found = text.count(substitution.old)
+        expected_ok = found >= 1 if substitution.count is None else found == substitution.count
+        if not expected_ok:
+            wanted = "at least once" if substitution.count is None else f"{substitution.count} time(s)"
+            raise PortDrift(f"{origin}: {substitution.old!r} occurs {found} time(s), the port expects it {wanted}")
+        text = text.replace(substitution.old, substitution.new)
+    return text
+
+
+def port_file(upstream_file: Path, destination: Path, substitutions: Sequence[Substitution] = ()) -> Path:
+    """Write ``upstream_file`` ported by ``substitutions`` to ``destination`` (parents created)."""
+    text = port(upstream_file.read_text(encoding="utf-8"), substitutions, origin=str(upstream_file))
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    destination.write_text(text, encoding="utf-8")
+    return destination
