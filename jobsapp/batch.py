@@ -15,13 +15,20 @@ jid (the ``succeeded`` and ``failed`` sets), however often its outcome is report
 finished just before its process died runs again and is not counted twice, so a callback never
 fires before every job has run. While a ``jobs()`` block runs
 the batch holds one extra pending unit, so no callback fires while jobs are still being added; a
-block can be entered again later (or from several threads) to add more, until it has completed.
+block can be entered again later (or from several threads) to add more, until it has completed
+(then ``jobs()`` raises ``BatchCompleted``: its jobs would join a batch whose callbacks fired).
 
 The client adds ``"bid"`` to each job pushed in the block and counts it in the same pipeline
 (MULTI) as the push; the "job ended" door (``jobsapp.ending``) calls ``job_finished`` when a job
 with a ``bid`` succeeds, fails, expires or is buried. Jobs without a batch pay a ContextVar read
 at push and a dict lookup at run. Keys (keys.batch, keys.batch_failed, keys.batch_succeeded)
-live ``BATCH_TTL_SECONDS`` after their last update. For jobs tracked in the database,
+live ``BATCH_TTL_SECONDS`` after their last update until the batch completes. Then the succeeded
+set (about 72 bytes per job) is deleted: once every job has run, a success of a jid that is not
+in the failed set is a duplicate, so the set is not needed to count each job once. The hash and
+the failed set stay ``BATCH_TTL_SECONDS`` after each update while a job's last run failed (a
+retry may still succeed and fire ``on_success``), and ``BATCH_LINGER_SECONDS`` once none has:
+a duplicate report in that day is recognised and changes nothing; one arriving later finds no
+batch and changes nothing either (``batch_update.lua`` answers -1). For jobs tracked in the database,
 ``Task.objects.launch(on_complete=..., on_success=...)`` is the same idea with progress and
 events.
 """
@@ -38,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import keys, registry, scripts
 from .connection import CONNECTION_ERRORS, as_text, get_redis, unavailable
+from .errors import JobsError
 from .payload import new_jid, now
 from .registry import job_template
 
@@ -49,8 +57,17 @@ if TYPE_CHECKING:
 logger = logging.getLogger("jobsapp.batch")
 
 BATCH_KEY = "bid"
-#: How long a batch's keys live after their last update.
+#: How long a batch's keys live after their last update, until it completes without failures.
 BATCH_TTL_SECONDS = 30 * 24 * 3600
+#: How long a batch's hash lives once every job has run and none's last run failed: a duplicate
+#: report within it is recognised; the batch's page and ``status()`` show it until then.
+BATCH_LINGER_SECONDS = 24 * 3600
+
+
+class BatchCompleted(JobsError):
+    """``Batch.jobs()`` entered again after every job of the batch had run (its callbacks may
+    have fired), or after its keys expired. Nothing was added; start a new ``Batch``."""
+
 
 _current: ContextVar[str | None] = ContextVar("jobsapp.batch", default=None)
 
@@ -98,6 +115,7 @@ class Batch:
                 }
             )
         pipe = connection.pipeline(transaction=True)
+        pipe.hmget(keys.batch(self.bid), ["completed_at", "created_at"])
         if fields:
             pipe.hset(keys.batch(self.bid), mapping={key: value for key, value in fields.items()})
             pipe.zadd(keys.BATCHES, {self.bid: float(fields["created_at"])})  # the dashboard's list (api.BatchSet)
@@ -107,7 +125,10 @@ class Batch:
         pipe.hincrby(keys.batch(self.bid), "pending", 1)  # this block's own unit, until it ends
         pipe.expire(keys.batch(self.bid), BATCH_TTL_SECONDS)
         try:
-            pipe.execute()
+            (completed_at, created_at), *_ = pipe.execute()
+            if completed_at is not None or (self._created and created_at is None):
+                self._give_back(connection, expired=completed_at is None)
+                raise BatchCompleted(f"batch {self.bid} has completed or expired: no job can join it")
         except CONNECTION_ERRORS as exc:  # nothing was pushed in the block yet
             raise unavailable(exc) from exc
         self._created = True
@@ -120,6 +141,15 @@ class Batch:
                 _update(connection, self.bid, "close", "")
             except CONNECTION_ERRORS as exc:  # the jobs pushed stay queued; this batch will wait
                 raise unavailable(exc) from exc
+
+    def _give_back(self, connection: redis.Redis, *, expired: bool) -> None:
+        """Undo the pending unit a refused ``jobs()`` just took: a completed batch gets it back
+        through the script (pending returns to 0; nothing fires again), an expired one's remains
+        are deleted."""
+        if expired:
+            connection.delete(keys.batch(self.bid))
+        else:
+            _update(connection, self.bid, "close", "")
 
     def status(self) -> BatchStatus | None:
         return BatchStatus.read(self.bid)
@@ -183,6 +213,7 @@ def _update(client: redis.Redis, bid: str, event: str, jid: str) -> scripts.Batc
         complete_jid=new_jid(),
         success_jid=new_jid(),
         ttl_seconds=BATCH_TTL_SECONDS,
+        linger_seconds=BATCH_LINGER_SECONDS,
     )
 
 

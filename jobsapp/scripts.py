@@ -256,9 +256,11 @@ def batch_update(
     complete_jid: str,
     success_jid: str,
     ttl_seconds: int,
+    linger_seconds: int,
 ) -> BatchUpdate:
     """``batch_update.lua``: count ``event`` for batch ``bid`` and push its callbacks (to
-    ``complete_queue`` / ``success_queue``, '' when none) once."""
+    ``complete_queue`` / ``success_queue``, '' when none) once; the keys live ``ttl_seconds``
+    after the update, ``linger_seconds`` once the batch is complete without failures."""
     pending, fired = script("batch_update")(
         client,
         [
@@ -269,7 +271,7 @@ def batch_update(
             keys.queue(success_queue) if success_queue else "",
             keys.batch_succeeded(bid),
         ],
-        [event, jid, bid, complete_jid, success_jid, ttl_seconds],
+        [event, jid, bid, complete_jid, success_jid, ttl_seconds, linger_seconds],
     )
     return BatchUpdate(int(pending), frozenset(name for name in _text(fired).split(",") if name))
 

@@ -200,7 +200,7 @@ class BatchSet:
         for index, bid in enumerate(bids):
             fields, failed = replies[2 * index], replies[2 * index + 1]
             if not isinstance(fields, dict) or not fields:
-                expired.append(bid)  # its keys lived out BATCH_TTL_SECONDS, or are not a hash
+                expired.append(bid)  # its keys expired (batch.BATCH_TTL_SECONDS or BATCH_LINGER_SECONDS), or are not a hash
                 continue
             text = {as_text(key): as_text(value) for key, value in fields.items()}
             entries.append(_summary(bid, text, failed if isinstance(failed, int) else 0))

@@ -11,6 +11,13 @@
 -- done). So pending never goes below 0, and succeeded never exceeds total.
 -- on_complete fires when pending reaches 0; on_success when pending is 0 and no job's last run
 -- failed (so it may fire later, once a retried job succeeds).
+-- Once pending has reached 0 the batch is complete for good (the hash's completed_at, set then;
+-- no block can reopen it): every jid of the batch is either in the failed SET or has
+-- succeeded, so a success of a jid not in failed, or any failure, is a duplicate and changes
+-- nothing. The succeeded SET, the bulk of a batch's memory, is no longer needed and is deleted
+-- then. The hash and the failed SET live ARGV[6] seconds after each update while a job's last
+-- run failed (a retry may still succeed and fire on_success), and ARGV[7] seconds once none has
+-- (only duplicates can come): a report arriving after that finds no batch and changes nothing.
 --
 -- KEYS[1] -> jobsapp:batch:<bid> HASH
 -- KEYS[2] -> jobsapp:batch:<bid>:failed SET
@@ -23,15 +30,23 @@
 -- ARGV[3] -> the batch id
 -- ARGV[4] -> jid for an on_complete push
 -- ARGV[5] -> jid for an on_success push
--- ARGV[6] -> seconds the batch's keys live after this update
+-- ARGV[6] -> seconds the batch's keys live after this update, while it is incomplete or a job's
+--            last run failed
+-- ARGV[7] -> seconds the hash and the failed SET live once the batch is complete without failures
 -- returns -> {pending, fired: '' | 'complete' | 'success' | 'complete,success'}
--- cost    -> O(1)
+-- cost    -> O(1), the succeeded SET unlinked once at completion (freed in the background)
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1, ''}
 end
 local event = ARGV[1]
-if event == 'close' then
+local completed = redis.call('HEXISTS', KEYS[1], 'completed_at') == 1
+if completed and (event == 'succeeded' or event == 'failed') then
+  -- every jid has been counted: only a retried failure's success changes anything
+  if event == 'succeeded' and redis.call('SREM', KEYS[2], ARGV[2]) == 1 then
+    redis.call('HINCRBY', KEYS[1], 'succeeded', 1)
+  end
+elseif event == 'close' then
   -- the end of one jobs() block: its own pending unit goes
   redis.call('HINCRBY', KEYS[1], 'pending', -1)
 elseif event == 'withdrawn' then
@@ -81,8 +96,24 @@ if pending <= 0 then
   if failures == 0 then
     push('success', KEYS[5], ARGV[5])
   end
+  if not completed then
+    redis.call('HSET', KEYS[1], 'completed_at', tostring(now))
+    redis.call('UNLINK', KEYS[6])  -- freed off the main thread
+  end
+  if failures == 0 then
+    -- nothing but a duplicate can come: the bookkeeping lingers ARGV[7] seconds, not extended
+    local linger = tonumber(ARGV[7])
+    local ttl = redis.call('TTL', KEYS[1])
+    if ttl < 0 or ttl > linger then
+      redis.call('EXPIRE', KEYS[1], linger)
+    end
+  else
+    redis.call('EXPIRE', KEYS[1], tonumber(ARGV[6]))
+    redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
+  end
+else
+  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[6]))
+  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
+  redis.call('EXPIRE', KEYS[6], tonumber(ARGV[6]))
 end
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[6]))
-redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
-redis.call('EXPIRE', KEYS[6], tonumber(ARGV[6]))
 return {pending, table.concat(fired, ',')}

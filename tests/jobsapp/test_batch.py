@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from jobsapp.batch import Batch, job_finished
+from jobsapp.batch import BATCH_LINGER_SECONDS, Batch, BatchCompleted, job_finished
 from jobsapp.connection import get_redis
 from jobsapp.payload import decode
 from jobsapp.worker.fetch import UnitOfWork
@@ -162,3 +162,82 @@ def test_each_job_counts_once_however_often_its_outcome_is_reported(redis):
     assert status is not None and (status.total, status.succeeded, status.failed, status.pending) == (3, 3, 0, 0)
     counts = {"total": 3, "succeeded": 3, "failed": 0}
     assert callbacks(redis) == [(BatchComplete.wire_name(), [batch.bid, counts]), (BatchSuccess.wire_name(), [batch.bid, counts])]
+
+
+def batch_keys(bid: str) -> tuple[str, str, str]:
+    return f"jobsapp:batch:{bid}", f"jobsapp:batch:{bid}:succeeded", f"jobsapp:batch:{bid}:failed"
+
+
+def test_a_batch_that_succeeded_keeps_only_its_hash_for_a_day_and_still_counts_each_job_once(redis):
+    # Given a batch of three jobs, all of which succeeded
+    batch = Batch(on_complete=BatchComplete, on_success=BatchSuccess)
+    with batch.jobs():
+        jids = [BatchMember.perform_async(name) for name in ("a", "b", "c")]
+    items = [{"jid": jid, "bid": batch.bid} for jid in jids]
+    for item in items:
+        job_finished(get_redis(), item, succeeded=True)
+    hash_key, succeeded_key, failed_key = batch_keys(batch.bid)
+    # Then its jid sets are gone and its hash lives a day at most, no longer 30 days
+    assert redis.exists(succeeded_key, failed_key) == 0
+    assert 0 < redis.ttl(hash_key) <= BATCH_LINGER_SECONDS
+    # When, within that day, every job is reported again (success and failure: runs after a crash)
+    for item in items:
+        job_finished(get_redis(), item, succeeded=True)
+        job_finished(get_redis(), item, succeeded=False)
+    # Then nothing was counted twice, no callback fired again, and the day was not extended
+    status = batch.status()
+    assert status is not None and (status.total, status.succeeded, status.failed, status.pending) == (3, 3, 0, 0)
+    assert [name for name, _ in callbacks(redis)] == [BatchComplete.wire_name(), BatchSuccess.wire_name()]
+    assert redis.exists(succeeded_key, failed_key) == 0 and 0 < redis.ttl(hash_key) <= BATCH_LINGER_SECONDS
+    # When the day has passed (the hash expired) and a late duplicate arrives
+    redis.delete(hash_key)
+    job_finished(get_redis(), items[0], succeeded=True)
+    job_finished(get_redis(), items[1], succeeded=False)
+    # Then it finds no batch and writes nothing
+    assert redis.exists(*batch_keys(batch.bid)) == 0 and len(callbacks(redis)) == 2
+
+
+def test_a_batch_with_failures_drops_its_succeeded_set_and_waits_for_the_retries(redis):
+    # Given a batch of three jobs: "a" and "b" succeeded, "c" failed (waiting for its retry)
+    batch = Batch(on_complete=BatchComplete, on_success=BatchSuccess)
+    with batch.jobs():
+        jids = [BatchMember.perform_async(name) for name in ("a", "b", "c")]
+    a, b, c = ({"jid": jid, "bid": batch.bid} for jid in jids)
+    job_finished(get_redis(), a, succeeded=True)
+    job_finished(get_redis(), b, succeeded=True)
+    job_finished(get_redis(), c, succeeded=False)
+    hash_key, succeeded_key, failed_key = batch_keys(batch.bid)
+    # Then on_complete fired, the succeeded set is gone, and the hash and failed set keep 30 days
+    assert [name for name, _ in callbacks(redis)] == [BatchComplete.wire_name()]
+    assert redis.exists(succeeded_key) == 0 and redis.smembers(failed_key) == {jids[2].encode()}
+    assert redis.ttl(hash_key) > BATCH_LINGER_SECONDS and redis.ttl(failed_key) > BATCH_LINGER_SECONDS
+    # When "a" is reported again (a success and a failure) and "c" fails again
+    job_finished(get_redis(), a, succeeded=True)
+    job_finished(get_redis(), a, succeeded=False)
+    job_finished(get_redis(), c, succeeded=False)
+    status = batch.status()
+    assert status is not None and (status.succeeded, status.failed, status.pending) == (2, 1, 0)
+    # When "c" succeeds on its retry, then again (a duplicate)
+    job_finished(get_redis(), c, succeeded=True)
+    job_finished(get_redis(), c, succeeded=True)
+    # Then it counts once, on_success fires once, and the batch lingers a day
+    status = batch.status()
+    assert status is not None and (status.total, status.succeeded, status.failed, status.pending) == (3, 3, 0, 0)
+    assert [name for name, _ in callbacks(redis)] == [BatchComplete.wire_name(), BatchSuccess.wire_name()]
+    assert redis.exists(succeeded_key, failed_key) == 0 and 0 < redis.ttl(hash_key) <= BATCH_LINGER_SECONDS
+
+
+def test_a_completed_batch_cannot_be_reopened(redis):
+    # Given a batch whose only job ran (its callback fired)
+    batch = Batch(on_complete=BatchComplete)
+    with batch.jobs():
+        jid = BatchMember.perform_async("a")
+    job_finished(get_redis(), {"jid": jid, "bid": batch.bid}, succeeded=True)
+    # When a block is entered again to add a job
+    added = []
+    with pytest.raises(BatchCompleted, match="completed"), batch.jobs():
+        added.append(BatchMember.perform_async("late"))
+    # Then nothing was added, nothing is pending, the callback did not fire again, the day stands
+    status = batch.status()
+    assert added == [] and status is not None and (status.total, status.pending) == (1, 0)
+    assert len(callbacks(redis)) == 1 and 0 < redis.ttl(batch_keys(batch.bid)[0]) <= BATCH_LINGER_SECONDS
