@@ -308,7 +308,7 @@ class BufferedDispatcher:
             running = (running.unit for running in occupancy.running.values())
             held = Counter(unit.raw for unit in chain(self._buffer, running, self.acknowledging(), fetched))
         strays: list[UnitOfWork] = []
-        for raw in listed:
+        for raw in reversed(listed):  # the list holds the newest first; put back oldest first
             if held[raw] > 0:
                 held[raw] -= 1
             else:

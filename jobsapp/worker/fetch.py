@@ -134,7 +134,9 @@ class Fetch(Protocol):
         self, units: list[UnitOfWork], jids: list[str], *, processed: int, failed: int, today: dt.date, token: str = ""
     ) -> Acknowledged: ...
 
-    def requeue(self, units: list[UnitOfWork]) -> int: ...
+    def requeue(self, units: list[UnitOfWork]) -> int:
+        """Put ``units`` (oldest first) back at the front of their queues, the oldest in front."""
+        ...
 
     def listed_in_flight(self) -> list[bytes]: ...
 
@@ -170,9 +172,12 @@ def _ack(
 
 
 def _requeue(client: redis.Redis, inflight_key: str, units: list[UnitOfWork]) -> int:
+    """Put ``units`` (oldest first, as they were taken) back at the front of their queues in
+    their order: each push lands in front of the one before, so the newest is pushed first and
+    the oldest ends at the very front, taken first again."""
     if not units:
         return 0
-    return scripts.requeue(client, inflight_key=inflight_key, jobs=[(unit.raw, unit.queue) for unit in units])
+    return scripts.requeue(client, inflight_key=inflight_key, jobs=[(unit.raw, unit.queue) for unit in reversed(units)])
 
 
 class _Interruptible:

@@ -14,7 +14,8 @@ at most once however many recoverers race):
   heartbeat has succeeded twice in a row, so after a Redis outage every live process has had
   time to beat again before anyone decides who is dead.
 
-Jobs go back to the front (right end) of their queues, oldest first, marked with the payload
+Jobs go back to the front (right end) of their queues in the order they were taken (the oldest
+in front: the newest is put back first), marked with the payload
 key ``jobsapp_recovered`` (how many dead processes they were in flight in). A worker runs a
 marked job in quarantine (``Quarantine``): one at a time per process, with a "started" mark in
 ``jobsapp:started:<identity>`` while it runs. When that process dies too, only the marked jobs
@@ -146,7 +147,7 @@ def recover_list(client: redis.Redis, identity: str) -> tuple[int, int]:
     requeued = buried = 0
     limit = int(jobs_settings.POISON_RECOVERY_LIMIT)
     while True:
-        raw = client.lindex(inflight_key, -1)  # oldest first
+        raw = client.lindex(inflight_key, 0)  # newest first: each goes in front of the last, the oldest ends in front
         if raw is None:
             break
         raw = as_bytes(raw)

@@ -3,6 +3,7 @@ fetch (Sidekiq's per-thread BRPOP) in a real worker."""
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import time
@@ -71,9 +72,11 @@ def test_fetch_moves_a_batch_across_queues_in_order_into_in_flight(redis):
     assert [unit.queue for unit in units] == ["high"] * 3 + ["low"] * 3
     assert redis.llen("jobsapp:inflight:host:1:abcdefabcdef") == 6
     assert redis.llen("queue:low") == 2 and redis.llen("queue:paused") == 1
-    # And a requeue puts them back at the front, in flight no more
+    # And a requeue puts them back at the front in their order, in flight no more
     assert fetch.requeue(units[3:]) == 3
     assert redis.llen("queue:low") == 5 and redis.llen("jobsapp:inflight:host:1:abcdefabcdef") == 3
+    taken_next = [json.loads(raw)["args"][0] for raw in reversed(redis.lrange("queue:low", 0, -1))]
+    assert taken_next == [0, 1, 2, 3, 4]
 
 
 def test_basic_fetch_reads_paused_queues_once_a_second_not_per_job(redis):

@@ -195,8 +195,7 @@ def test_quiet_puts_the_buffered_jobs_back_at_the_front_and_fetches_no_more(redi
         # And the process is quieted
         manager.quiet()
         # Then the two fetched, unstarted jobs are back at the front of the queue, before the 6 never fetched
-        queued = queued_values(redis)
-        assert sorted(queued[:2]) == ["a", "b"] and queued[2:] == list("cdefgh"), queued
+        assert queued_values(redis) == list("abcdefgh")
         assert [reason for _, reason in requeued(redis)] == ["quiet", "quiet"]
         assert manager.is_quiet
         # When the holding job then ends and the process stops
@@ -208,6 +207,29 @@ def test_quiet_puts_the_buffered_jobs_back_at_the_front_and_fetches_no_more(redi
     assert stopped_with == 0
     assert sorted(queued_values(redis)) == list("abcdefgh")
     assert redis.llen(manager.fetch.inflight_key) == 0
+
+
+def test_quiet_puts_a_full_buffer_back_in_its_original_order(redis):
+    # Given one thread holding a job, and a buffer filled to (nearly) a full batch of 200 jobs behind it
+    # (a fetch 30 ms away from Redis and short jobs first: the look-ahead is the whole batch)
+    for _ in range(5):
+        Noop.perform_async()
+    push(Hold, "hold")
+    values = [f"{index:03d}" for index in range(250)]
+    for value in values:
+        Record.perform_async(value)
+    manager = manager_on(reliable_fetch(new_identity(socket.gethostname()), SlowNetworkFetch), concurrency=1, batch_size=200)
+    manager.start()
+    try:
+        eventually(lambda: listed(redis, STARTED_KEY) == ["hold"], message="the holding job started")
+        eventually(lambda: redis.llen(keys.queue("default")) <= 60, message="nearly a full batch was buffered")
+        # When the process is quieted
+        manager.quiet()
+        # Then the buffered jobs are back at the front in the order they were pushed, before those never fetched
+        assert queued_values(redis) == values
+    finally:
+        gate("hold").set()
+        manager.stop(stop_soon())
 
 
 def test_stop_waits_for_running_jobs_until_the_deadline_then_puts_the_rest_back_once(redis, caplog):

@@ -9,7 +9,7 @@ import random
 from jobsapp import keys
 from jobsapp.connection import get_redis
 from jobsapp.payload import RECOVERED_KEY
-from jobsapp.worker.recovery import Sweeper
+from jobsapp.worker.recovery import Sweeper, recover_list
 from tests.manual_clock import ManualClock
 from tests.redis_down import unreachable_redis
 from tests.testapp.jobs import Noop
@@ -98,3 +98,13 @@ def test_an_outage_is_logged_once_and_rounds_keep_their_interval(caplog):
         assert sweeper.backoff.failures == 3
     finally:
         sweeper.stop()
+
+
+def test_recovered_jobs_go_back_in_the_order_they_were_taken(redis):
+    # Given a dead process's in-flight list of five jobs, fetched 1 to 5 (the newest at the left)
+    redis.lpush(keys.inflight(DEAD), *[job(number) for number in range(1, 6)])
+    # When it is recovered
+    assert recover_list(get_redis(), DEAD) == (5, 0)
+    # Then they are at the front of their queue in their order: 1 is taken first again
+    taken_next = [json.loads(raw)["args"][0] for raw in reversed(redis.lrange(keys.queue("default"), 0, -1))]
+    assert taken_next == [1, 2, 3, 4, 5]
