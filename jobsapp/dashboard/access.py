@@ -4,7 +4,9 @@
 exists (``jobsapp.login``: ``settings.LOGIN_URL`` when the project set it, else the admin's login),
 a signed-in user who is not ``is_staff`` gets 403, and a ``RedisUnavailable`` raised anywhere in
 the view becomes a 503 page (JSON for the polling endpoint), never a 500. Mutations are separate
-POST-only views; Django's CSRF middleware checks their tokens before the view runs.
+POST-only views. Every view is wrapped in ``csrf_protect`` (as Django's admin is), so a POST
+without the token of a dashboard page is refused with 403 even in a project that removed
+``CsrfViewMiddleware`` (API-only projects do), and the pages set the CSRF cookie their forms need.
 With ``JOBSAPP["SHARDS"]`` every view runs against the shard picked with ``?shard=NAME``
 (remembered in the session; an unknown name answers 400).
 """
@@ -19,6 +21,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.template.response import TemplateResponse
+from django.views.decorators.csrf import csrf_protect
 
 from .. import shards
 from ..errors import RedisUnavailable, UnknownShard
@@ -59,7 +62,8 @@ def chosen_shard(request: HttpRequest) -> str:
 
 
 def staff_view(view: View | None = None, *, as_json: bool = False) -> Any:
-    """Decorator: staff only (anonymous -> login, others -> 403); Redis down -> 503."""
+    """Decorator: CSRF checked on unsafe methods (whatever the project's middleware), staff
+    only (anonymous -> login, others -> 403); Redis down -> 503."""
 
     def decorate(function: View) -> View:
         @functools.wraps(function)
@@ -82,6 +86,6 @@ def staff_view(view: View | None = None, *, as_json: bool = False) -> Any:
             except RedisUnavailable as error:  # nothing was changed: api calls are atomic
                 return unavailable_response(request, error, as_json=as_json)
 
-        return wrapper
+        return csrf_protect(wrapper)
 
     return decorate(view) if view is not None else decorate

@@ -104,6 +104,39 @@ def test_mutations_need_post_and_a_csrf_token(django_user_model, populated, redi
     assert redis.llen(keys.queue("default")) == 0
 
 
+def dashboard_action_urls() -> list[str]:
+    """Every POST endpoint of the dashboard's URLconf (``*_action``), so a new one is covered too."""
+    from jobsapp.urls import urlpatterns
+
+    names = [pattern.name for pattern in urlpatterns if pattern.name and pattern.name.endswith("_action")]
+    return [reverse(f"jobsapp:{name}", args=["retries"] if name == "set_action" else []) for name in names]
+
+
+def test_actions_refuse_a_cross_site_post_without_the_csrf_middleware(django_user_model, populated, redis, settings):
+    # Given a project without CsrfViewMiddleware (API-only projects remove it) and a signed-in staff user
+    settings.MIDDLEWARE = [name for name in settings.MIDDLEWARE if name != "django.middleware.csrf.CsrfViewMiddleware"]
+    user = django_user_model.objects.create_user("victim", password="pw-victim-123", is_staff=True)
+    browser = Client(enforce_csrf_checks=True)  # a browser: Django's test client skips the check otherwise
+    browser.force_login(user)
+    urls = dashboard_action_urls()
+    assert len(urls) >= 4
+    # When another site's page makes the browser POST to every dashboard action
+    forged = {"action": "clear", "queue": "default", "scope": "all", "name": "nightly", "identity": "x"}
+    for url in urls:
+        response = browser.post(url, forged, HTTP_ORIGIN="https://evil.example", HTTP_REFERER="https://evil.example/")
+        # Then each is refused, and nothing changed
+        assert response.status_code == 403, url
+        assert browser.post(url, forged).status_code == 403, url  # no Origin, no token: refused too
+    assert redis.llen(keys.queue("default")) == 30
+    # When the dashboard's own form posts with the token its page set
+    page = browser.get(reverse("jobsapp:queues"))
+    token = page.cookies["csrftoken"].value
+    response = browser.post(reverse("jobsapp:queue_action"), {"action": "clear", "queue": "default", "csrfmiddlewaretoken": token})
+    # Then it works
+    assert response.status_code == 302
+    assert redis.llen(keys.queue("default")) == 0
+
+
 # --- pages --------------------------------------------------------------------------------
 
 
