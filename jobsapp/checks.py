@@ -23,6 +23,7 @@ only when that is not enough.
 | jobsapp.E020 | TIMEOUT_HARD_LIMIT_SECONDS is neither None nor a positive number of seconds |
 | jobsapp.W001 | the dashboard is in the URLs but no login page exists for anonymous visitors |
 | jobsapp.W002 | DEFAULT_QUEUE is not in QUEUES: ``runworkers`` without ``-q`` never takes jobs pushed there |
+| jobsapp.W050 | OUTBOX is on but the outbox table is missing (``manage.py migrate jobsapp``): pushes go without it |
 | jobsapp.E040-E042, E044 | Sentinel, ENQUEUE_REPLICAS and SHARDS (``check_connection_settings``; E043 is unused) |
 | jobsapp.W045 | a class routed to a shard whose workers do not serve its queue (its jobs would sit unrun) |
 | jobsapp.E201-E204, W201-W202 | the Django tasks backend's TASKS entry (``jobsapp.django_tasks.JobsBackend.check``) |
@@ -37,8 +38,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
-from . import registry, shards
+from . import outbox, registry, shards
 from .client import job_template
 from .conf import DEFAULTS, jobs_settings
 from .settings_validation import settings_problems
@@ -193,6 +195,30 @@ def check_default_queue(app_configs: Any = None, **kwargs: Any) -> list[checks.C
             "jobs whose class names no queue go there, and runworkers without -q never takes them.",
             hint=f"Add {default_queue!r} to JOBSAPP['QUEUES'], or run the workers with -q {default_queue}.",
             id="jobsapp.W002",
+        )
+    ]
+
+
+@checks.register("jobsapp")
+def check_outbox_table(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """jobsapp.W050: OUTBOX is on and its table is missing. A warning, not an error: the engine
+    runs without the outbox (pushes wait for the commit alone) until the migration is applied."""
+    if jobs_settings.OUTBOX is not True:
+        return []
+    try:
+        present = outbox.TABLE in connections[DEFAULT_DB_ALIAS].introspection.table_names()
+    except DatabaseError as exc:
+        problem = f"the database could not be asked whether the table {outbox.TABLE} exists ({exc})"
+    else:
+        if present:
+            return []
+        problem = f"the table {outbox.TABLE} does not exist"
+    return [
+        checks.Warning(
+            f"JOBSAPP['OUTBOX'] is on but {problem}: pushes inside transactions wait for the commit without the outbox, "
+            "so a job is lost if Redis is down at commit or the process dies right after it.",
+            hint="Run `python manage.py migrate jobsapp`.",
+            id="jobsapp.W050",
         )
     ]
 

@@ -40,6 +40,14 @@ DEFAULTS: dict[str, Any] = {
     # Job.perform_* inside the project's transaction.atomic() push when it commits (nothing on
     # rollback); False pushes at once. Per call: Job.set(on_commit=False). jobsapp/transactions.py.
     "ENQUEUE_ON_COMMIT": True,
+    # The transactional outbox (jobsapp/outbox.py): a push inside the project's transaction is
+    # also written to the table jobsapp_outbox in it, so a committed job is never lost (Redis down
+    # at commit, the process killed after COMMIT); runworkers' relay pushes what is left once it
+    # is OUTBOX_GRACE_SECONDS old. Needs `manage.py migrate jobsapp` (check jobsapp.W050).
+    "OUTBOX": False,
+    "OUTBOX_GRACE_SECONDS": 5.0,
+    # How long the relay's lock (one relay at a time across the fleet) outlives a relay that died.
+    "OUTBOX_RELAY_LOCK_SECONDS": 30.0,
     # Consuming side (runworkers flags override these).
     "QUEUES": ["default"],
     "CONCURRENCY": 10,

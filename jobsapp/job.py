@@ -222,5 +222,7 @@ class Setter:
         item.pop("args")
         bulk = {**item, "args": list(args_list)}
         if self._defer():
-            return _transactions.defer_bulk(bulk, partial(client.push_bulk, batch_size=batch_size, job_class=self.job_class))
+            return _transactions.defer_bulk(
+                bulk, partial(client.push_bulk, batch_size=batch_size, job_class=self.job_class), batch_size=batch_size
+            )
         return client.push_bulk(bulk, batch_size=batch_size, job_class=self.job_class)

@@ -72,6 +72,7 @@ INFLIGHT_INDEX = "jobsapp:inflight"  # SET of identities that own an in-flight l
 RECOVERIES = "jobsapp:recoveries"  # HASH jid -> times the job was recovered from a dead process
 PAUSED = "jobsapp:paused"  # SET of paused queue names; fetch skips them
 SWEEP_LOCK = "jobsapp:lock:sweep"  # STRING (SET NX PX): one orphan sweeper at a time
+OUTBOX_RELAY_LOCK = "jobsapp:lock:outbox_relay"  # STRING (relay_lock.lua): one outbox relay at a time
 RESULTS = "jobsapp:results"  # ZSET score=expiry epoch seconds, member=jid of a finished retained job
 STAT_EXPIRED = "jobsapp:stat:expired"  # STRING lifetime counter of jobs dropped unrun past expires_at
 

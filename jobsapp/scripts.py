@@ -147,6 +147,16 @@ def unique_release(client: redis.Redis, *, digest: str, jid: str) -> bool:
     return bool(int(script("unique_release")(client, [keys.unique_lock(digest)], [jid])))
 
 
+def relay_lock(client: redis.Redis, *, token: str, ttl_seconds: float) -> bool:
+    """``relay_lock.lua``: take or renew the outbox relay's lock for ``token``; whether it holds it."""
+    return bool(int(script("relay_lock")(client, [keys.OUTBOX_RELAY_LOCK], [token, max(1, int(ttl_seconds * 1000))])))
+
+
+def relay_unlock(client: redis.Redis, *, token: str) -> bool:
+    """``relay_unlock.lua``: release the outbox relay's lock if ``token`` holds it; whether it did."""
+    return bool(int(script("relay_unlock")(client, [keys.OUTBOX_RELAY_LOCK], [token])))
+
+
 class Admission(NamedTuple):
     """A limiter script's reply: whether the slot (or the call) was granted, and ``value``: the
     server's time when granted, the seconds to wait before asking again when not."""

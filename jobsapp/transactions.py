@@ -10,10 +10,18 @@ back. Arguments are checked at once (a non-JSON value raises in the caller, not 
 ``Job.set(on_commit=False)`` (or ``sidekiq_options(on_commit=False)``) pushes at once anyway.
 The raw client (``jobsapp.client.push``) always pushes at once.
 
-What happens to a deferred job when the push fails at commit: the transaction has committed by
-then, so ``RedisUnavailable`` propagates out of the ``atomic`` block (a view answers 503 through
-``RedisUnavailableMiddleware``) and the job is not enqueued; a client middleware that stops the
-push stops it as it would have at once (the caller already holds a jid that will never run).
+With ``JOBSAPP["OUTBOX"]`` on (and its table migrated), a deferred push is also written to the
+outbox table in the same transaction (``jobsapp.outbox``): a committed job is then never lost,
+whatever happens after the COMMIT. Every push inside the project's transaction goes through it
+then (the Celery and ``django.tasks`` surfaces too, which push at once without it:
+``upstream_choice``), unless ``on_commit=False`` was asked for.
+
+What happens to a deferred job when the push fails at commit: without the outbox, the transaction
+has committed by then, so ``RedisUnavailable`` propagates out of the ``atomic`` block (a view
+answers 503 through ``RedisUnavailableMiddleware``) and the job is not enqueued. With the outbox,
+nothing propagates: the job waits in the outbox and the relay pushes it once Redis answers; a
+push failing for another reason is parked there with its reason. A client middleware that stops
+the push stops it as it would have at once (the caller already holds a jid that will never run).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
+from . import outbox
 from .conf import jobs_settings
 from .payload import Item, check_json_native, new_jid
 
@@ -44,7 +53,15 @@ def should_defer(choice: Any) -> bool:
     Cheap outside a transaction (every push asks): the setting is read only inside one."""
     if choice is False or not in_project_transaction():
         return False
-    return bool(jobs_settings.ENQUEUE_ON_COMMIT if choice is None else choice)
+    if choice is None:
+        return bool(jobs_settings.ENQUEUE_ON_COMMIT or jobs_settings.OUTBOX)
+    return bool(choice)
+
+
+def upstream_choice() -> bool | None:
+    """The ``on_commit`` option of the Celery and ``django.tasks`` surfaces: they push at once
+    inside a transaction, as upstream does, unless the outbox is on (then as every push)."""
+    return None if jobs_settings.OUTBOX else False
 
 
 def defer_push(item: Item, push: Callable[[Item], Any]) -> str:
@@ -52,11 +69,14 @@ def defer_push(item: Item, push: Callable[[Item], Any]) -> str:
     check_json_native(item.get("args", []), "args")
     check_json_native(item.get("kwargs", {}), "kwargs")
     item["jid"] = item.get("jid") or new_jid()
-    transaction.on_commit(partial(push, item))
+    if outbox.enabled():
+        outbox.defer("push", {"item": item}, jid=str(item["jid"]))
+    else:
+        transaction.on_commit(partial(push, item))
     return str(item["jid"])
 
 
-def defer_bulk(item: Item, push_bulk: Callable[[Item], Any]) -> list[str | None]:
+def defer_bulk(item: Item, push_bulk: Callable[[Item], Any], *, batch_size: int = 1000) -> list[str | None]:
     """``defer_push`` for a bulk push: one jid per argument list, chosen now."""
     args_list = item.get("args")
     if type(args_list) is not list or any(type(args) is not list for args in args_list):
@@ -68,5 +88,8 @@ def defer_bulk(item: Item, push_bulk: Callable[[Item], Any]) -> list[str | None]
             raise TypeError(f"job {index} of the bulk push: {exc}") from None
     check_json_native(item.get("kwargs", {}), "kwargs")
     jids: list[str | None] = [new_jid() for _ in args_list]
-    transaction.on_commit(partial(push_bulk, {**item, "jid": jids}))
+    if outbox.enabled() and jids:
+        outbox.defer("push_bulk", {"item": {**item, "jid": jids}, "batch_size": batch_size}, jid=str(jids[0]), jobs=len(jids))
+    else:
+        transaction.on_commit(partial(push_bulk, {**item, "jid": jids}))
     return jids

@@ -11,10 +11,10 @@ Start order:
    refusing writes, OOM at maxmemory say, is waited out as an outage);
 3. first heartbeat (the process appears in ``processes``), then the heartbeat thread;
 4. the manager (fetcher, acker, processors), the scheduler, the periodic-job ticker (only when
-   periodic jobs are defined), the orphan sweeper.
+   periodic jobs are defined), the orphan sweeper, the outbox relay (only with ``OUTBOX`` on).
 
 Shutdown order (TERM/INT, or TERM through ``<identity>-signals``):
-1. stop the scheduler, the periodic-job ticker and the sweeper;
+1. stop the scheduler, the periodic-job ticker, the sweeper and the outbox relay;
 2. quiet: stop fetching, put buffered jobs back (TSTP alone stops here);
 3. wait up to ``timeout`` for running jobs (a second TERM/INT, a second Ctrl-C, cuts the wait
    short, as in Sidekiq); flush acknowledgements; put every still-running job back at the front
@@ -71,6 +71,7 @@ from .heartbeat import Heartbeat, new_identity
 from .manager import Manager
 from .processor import Processor
 from .recovery import Quarantine, Sweeper, claim_slot, recover_list
+from .relay import OutboxRelay
 from .retry import RetryPolicy
 from .scheduler import Scheduler
 from .supervisor import MAX_RESTART_DELAY_SECONDS, RESTARTS_PER_MINUTE, Supervisor
@@ -154,10 +155,11 @@ class Components:
     scheduler: Scheduler
     periodic: PeriodicScheduler | None  # only when periodic jobs are defined for this shard
     sweeper: Sweeper | None  # only with reliable fetch
+    relay: OutboxRelay | None = None  # only with JOBSAPP["OUTBOX"] on
 
     def background(self) -> list[Component]:
         """The components started after the manager and stopped first, in start order."""
-        started: list[Component | None] = [self.scheduler, self.periodic, self.sweeper]
+        started: list[Component | None] = [self.scheduler, self.periodic, self.sweeper, self.relay]
         return [component for component in started if component is not None]
 
 
@@ -431,8 +433,9 @@ class WorkerProcess:
             else None
         )
         return Components(
-            client=client, fetch=fetch, manager=manager, heartbeat=heartbeat, scheduler=scheduler, periodic=periodic, sweeper=sweeper
-        )
+            client=client, fetch=fetch, manager=manager, heartbeat=heartbeat, scheduler=scheduler, periodic=periodic, sweeper=sweeper,
+            relay=OutboxRelay.configured(client, rng=self.rng, clock=self.clock),
+        )  # fmt: skip
 
     def serve(self, components: Components) -> None:
         """Start steps 3 and 4, then handle signals until TERM/INT (TSTP quiets the manager).

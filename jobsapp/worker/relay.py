@@ -1,0 +1,122 @@
+"""The outbox relay: pushes the outbox entries their own process did not (``jobsapp.outbox``).
+
+Thread ``jobsapp.outbox_relay``, one per worker process, started by the launcher only when
+``JOBSAPP["OUTBOX"]`` is on. One relay works at a time across the fleet: each round it takes or
+renews ``jobsapp:lock:outbox_relay`` (``relay_lock.lua``, TTL ``OUTBOX_RELAY_LOCK_SECONDS``), so a
+relay killed while holding it is replaced once the TTL runs out; the others only ask for the
+lock each round. The holder pushes the entries older than ``OUTBOX_GRACE_SECONDS`` (the process
+that committed them had that long to push them itself), oldest first, 100 per batch, each
+deleted right after its push; it renews the lock between batches and stops a batch when it lost
+the lock or is stopping.
+
+Failures: Redis down is an outage (logged once, backed off: the entries wait, nothing is
+lost); the database down likewise. A relay killed mid-batch leaves at most the entry it was
+pushing between its push and its DELETE: the next holder pushes it again (a duplicate, run as
+Sidekiq runs one, keyed by the same jid). An entry that cannot be pushed for any other reason is
+parked with its reason by ``jobsapp.outbox`` and never tried again on its own.
+
+Lifecycle (component.py): ``start()``, ``quiet()`` (nothing to quiet: an entry is pushed whole),
+``stop(deadline)``, which releases the lock so another relay takes over at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+
+import redis
+from django.db import DatabaseError, close_old_connections, connections
+
+from .. import outbox, scripts
+from ..clock import SYSTEM_CLOCK, Clock
+from ..component import PollingComponent
+from ..conf import jobs_settings
+from ..connection import REDIS_ERRORS
+from ..errors import RedisUnavailable
+
+logger = logging.getLogger("jobsapp.outbox_relay")
+
+#: Entries pushed per batch (the lock is renewed between batches).
+BATCH_SIZE = 100
+#: The longest wait between two rounds.
+MAX_INTERVAL_SECONDS = 1.0
+
+
+class OutboxRelay(PollingComponent):
+    """Thread ``jobsapp.outbox_relay``: one relay at a time pushes what the outbox still holds."""
+
+    thread_name = "outbox_relay"
+    logger = logger
+    outage_errors = (*REDIS_ERRORS, RedisUnavailable, DatabaseError)
+
+    def __init__(
+        self,
+        *,
+        client: redis.Redis,
+        grace_seconds: float,
+        lock_seconds: float,
+        rng: random.Random | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        super().__init__(clock=clock)
+        self.client = client
+        self.grace_seconds = grace_seconds
+        self.lock_seconds = lock_seconds
+        self.rng = rng or random.Random()
+        self.token = os.urandom(8).hex()
+        self.pushed_total = 0
+        self.parked_total = 0
+
+    @classmethod
+    def configured(cls, client: redis.Redis, *, rng: random.Random, clock: Clock = SYSTEM_CLOCK) -> OutboxRelay | None:
+        """The relay the settings ask for: one with ``OUTBOX`` on, None otherwise."""
+        if not jobs_settings.OUTBOX:
+            return None
+        grace_seconds = float(jobs_settings.OUTBOX_GRACE_SECONDS)
+        return cls(
+            client=client, grace_seconds=grace_seconds, lock_seconds=float(jobs_settings.OUTBOX_RELAY_LOCK_SECONDS), rng=rng, clock=clock
+        )
+
+    def interval_seconds(self) -> float:
+        """Between rounds: at most a second, and well inside the lock's TTL (jittered)."""
+        return min(MAX_INTERVAL_SECONDS, self.lock_seconds / 3) * self.rng.uniform(0.8, 1.2)
+
+    def holds_lock(self) -> bool:
+        return scripts.relay_lock(self.client, token=self.token, ttl_seconds=self.lock_seconds)
+
+    def poll(self) -> float:
+        close_old_connections()  # a connection the database dropped, or past CONN_MAX_AGE
+        try:
+            self.relay()
+        except DatabaseError:
+            connections.close_all()  # a broken connection is not reused by the next round
+            raise
+        return self.interval_seconds()
+
+    def relay(self) -> int:
+        """Batches until none is full, while this relay holds the lock; returns entries pushed."""
+        pushed = 0
+        while not self.stopping and self.holds_lock():
+            done = outbox.relay_due(grace_seconds=self.grace_seconds, limit=BATCH_SIZE, keep_going=lambda: not self.stopping)
+            pushed += done.pushed
+            self.pushed_total += done.pushed
+            self.parked_total += done.parked
+            if done.pushed or done.parked:
+                logger.info("outbox relay: %d pushed, %d parked", done.pushed, done.parked)
+            if not done.full:
+                break
+        return pushed
+
+    def _run(self) -> None:
+        try:
+            super()._run()
+        finally:
+            connections.close_all()  # this thread's own database connections
+
+    def stop(self, deadline: float | None = None) -> None:
+        super().stop(deadline)
+        try:
+            scripts.relay_unlock(self.client, token=self.token)
+        except REDIS_ERRORS as exc:  # the lock expires on its own after its TTL
+            logger.debug("outbox relay: could not release the lock (%s)", exc)

@@ -1,0 +1,206 @@
+"""The transactional outbox (issue 31), in one process on a real Redis and the test database: a
+push inside the project's transaction is written with it, pushed at its commit and its entry
+deleted; a rollback leaves nothing; Redis down at commit leaves the entry for the relay (and
+raises nothing out of the block); a push that cannot succeed is parked with its reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core import checks
+from django.db import connection, transaction
+
+from jobsapp import client, middleware, outbox, scripts
+from jobsapp import connection as jobs_connection
+from jobsapp.checks import check_outbox_table
+from jobsapp.models import OutboxEntry
+from jobsapp.worker.relay import OutboxRelay
+from tests.testapp.jobs import Record
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DEAD_REDIS = "redis://127.0.0.1:1/0"
+
+
+@pytest.fixture(autouse=True)
+def _outbox_on(settings):
+    settings.JOBSAPP = {**settings.JOBSAPP, "OUTBOX": True}
+    outbox.forget_tables()
+    yield
+    outbox.forget_tables()
+
+
+def queued(redis) -> list[dict]:
+    return [json.loads(raw) for raw in reversed(redis.lrange("queue:default", 0, -1))]
+
+
+def redis_down(settings) -> str:
+    """Point the engine at a port nothing listens on; returns the URL to restore."""
+    working = settings.JOBSAPP["REDIS_URL"]
+    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": DEAD_REDIS}
+    jobs_connection.reset()
+    return working
+
+
+def redis_back(settings, url: str) -> None:
+    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": url}
+    jobs_connection.reset()
+
+
+def test_inside_a_transaction_the_entry_is_written_then_pushed_and_deleted_at_commit(redis):
+    # Given jobs pushed every way inside a transaction
+    with transaction.atomic():
+        single = Record.perform_async("one")
+        later = Record.perform_in(60, "later")
+        bulk = Record.perform_bulk([["b1"], ["b2"]])
+        # Then before the commit each push is an outbox entry in the transaction, and Redis is empty
+        assert sorted(OutboxEntry.objects.values_list("jid", flat=True)) == sorted([single, later, bulk[0]])
+        assert redis.llen("queue:default") == 0
+    # When it commits, Then every job is in Redis under its jid and no entry is left
+    assert [item["jid"] for item in queued(redis)] == [single, *bulk]
+    assert {json.loads(raw)["jid"] for raw in redis.zrange("schedule", 0, -1)} == {later}
+    assert OutboxEntry.objects.count() == 0
+
+
+def test_a_rollback_leaves_no_entry_and_pushes_nothing(redis):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Record.perform_async("never")
+        raise RuntimeError("the view failed")
+    assert OutboxEntry.objects.count() == 0
+    assert redis.llen("queue:default") == 0
+
+
+def test_a_rolled_back_savepoint_takes_its_entry_and_its_push_with_it(redis):
+    with transaction.atomic():
+        kept = Record.perform_async("kept")
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Record.perform_async("undone")
+            raise RuntimeError("inner block failed")
+    assert [item["jid"] for item in queued(redis)] == [kept]
+    assert OutboxEntry.objects.count() == 0
+
+
+def test_outside_a_transaction_nothing_is_written(redis):
+    jid = Record.perform_async("at once")
+    assert [item["jid"] for item in queued(redis)] == [jid]
+    assert OutboxEntry.objects.count() == 0
+
+
+def test_redis_down_at_commit_raises_nothing_and_the_relay_pushes_the_entry_later(redis, settings):
+    # Given Redis down when the transaction commits
+    working = redis_down(settings)
+    with transaction.atomic():
+        jid = Record.perform_async("kept safe")
+    # Then the block ended normally and the job waits in the outbox
+    assert list(OutboxEntry.objects.values_list("jid", flat=True)) == [jid]
+    # When Redis is back and the relay runs (no grace)
+    redis_back(settings, working)
+    done = outbox.relay_due(grace_seconds=0)
+    # Then the job is in Redis under its jid, once, and the outbox is empty
+    assert (done.pushed, done.parked) == (1, 0)
+    assert [item["jid"] for item in queued(redis)] == [jid]
+    assert OutboxEntry.objects.count() == 0
+
+
+def test_the_relay_leaves_entries_younger_than_the_grace(redis, settings):
+    working = redis_down(settings)
+    with transaction.atomic():
+        Record.perform_async("young")
+    redis_back(settings, working)
+    assert outbox.relay_due(grace_seconds=60).pushed == 0
+    assert OutboxEntry.objects.count() == 1
+
+
+class RefuseMarked(middleware.ClientMiddleware):
+    def call(self, job_class, item, queue, redis):
+        if item["args"] == ["refused"]:
+            raise ValueError("this payload is refused")
+        return item
+
+
+def test_a_push_that_cannot_succeed_is_parked_with_its_reason_and_never_retried(redis, settings):
+    # Given a client middleware that refuses one payload (as Redis refusing it would)
+    settings.JOBSAPP = {**settings.JOBSAPP, "CLIENT_MIDDLEWARE": [f"{__name__}.RefuseMarked"]}
+    middleware.reset_chains()
+    # When it is pushed inside a transaction that commits
+    with transaction.atomic():
+        refused = Record.perform_async("refused")
+        accepted = Record.perform_async("accepted")
+    # Then the commit stands, the other job is pushed, and the refused one is parked with its reason
+    assert [item["jid"] for item in queued(redis)] == [accepted]
+    entry = OutboxEntry.objects.get()
+    assert entry.jid == refused and entry.parked_at is not None
+    assert "ValueError: this payload is refused" in entry.reason
+    # And the relay never tries it again; operators see it
+    assert outbox.relay_due(grace_seconds=0).pushed == 0
+    state = outbox.state()
+    assert state is not None and (state.depth, state.parked) == (0, 1)
+    assert [parked.jid for parked in outbox.parked()] == [refused]
+
+
+def test_a_payload_too_large_is_refused_in_the_caller_and_rolls_back(redis, settings):
+    settings.JOBSAPP = {**settings.JOBSAPP, "MAX_PAYLOAD_BYTES": 100}
+    with pytest.raises(ValueError, match="MAX_PAYLOAD_BYTES"), transaction.atomic():
+        Record.perform_async("x" * 200)
+    assert OutboxEntry.objects.count() == 0
+
+
+def test_the_state_counts_waiting_entries_and_dates_the_oldest(redis, settings):
+    working = redis_down(settings)
+    for index in range(3):
+        with transaction.atomic():
+            Record.perform_async(index)
+    redis_back(settings, working)
+    state = outbox.state()
+    assert state is not None and state.depth == 3 and state.parked == 0
+    assert state.oldest_created_at == OutboxEntry.objects.order_by("pk").first().created_at
+
+
+def test_with_the_setting_off_no_entry_is_written(redis, settings):
+    settings.JOBSAPP = {**settings.JOBSAPP, "OUTBOX": False}
+    with transaction.atomic():
+        jid = Record.perform_async("plain on_commit")
+    assert [item["jid"] for item in queued(redis)] == [jid]
+    assert OutboxEntry.objects.count() == 0
+
+
+def test_one_relay_holds_the_lock_until_it_stops(redis):
+    # Given two relays
+    first = OutboxRelay(client=jobs_connection.get_redis(), grace_seconds=0, lock_seconds=30)
+    second = OutboxRelay(client=jobs_connection.get_redis(), grace_seconds=0, lock_seconds=30)
+    # When both ask for the lock, Then only the first holds it, and keeps it when it asks again
+    assert first.holds_lock() and not second.holds_lock() and first.holds_lock()
+    assert 0 < redis.pttl("jobsapp:lock:outbox_relay") <= 30_000
+    # When the first stops, Then the second takes the lock at once
+    first.stop()
+    assert second.holds_lock()
+    assert not scripts.relay_unlock(jobs_connection.get_redis(), token=first.token)
+
+
+def test_without_the_table_the_engine_runs_without_the_outbox_and_the_check_says_so(redis):
+    # Given a database where the outbox table was never created (a project that did not migrate)
+    with connection.schema_editor() as editor:
+        editor.delete_model(OutboxEntry)
+    try:
+        outbox.forget_tables()
+        # When a job is pushed inside a transaction, Then it is pushed at commit as without the outbox
+        with transaction.atomic():
+            jid = Record.perform_async("no table")
+        assert [item["jid"] for item in queued(redis)] == [jid]
+        # And the system check names what is missing, with a stable id
+        messages = check_outbox_table()
+        assert [message.id for message in messages] == ["jobsapp.W050"]
+        assert messages[0].level == checks.WARNING and "migrate jobsapp" in (messages[0].hint or "")
+    finally:
+        with connection.schema_editor() as editor:
+            editor.create_model(OutboxEntry)
+        outbox.forget_tables()
+    assert check_outbox_table() == []
+
+
+def test_a_raw_client_push_inside_a_transaction_is_still_immediate(redis):
+    with transaction.atomic():
+        jid = client.push({"class": "HardWorker", "args": [1]})
+        assert [item["jid"] for item in queued(redis)] == [jid]
+    assert OutboxEntry.objects.count() == 0
