@@ -34,6 +34,9 @@ ends in the dead set, not in an endless loop). When it comes back:
   end. Its schedule time is only a fallback, for a slot freed by its lock's expiry: when the
   earliest lock expires (at most ``MAX_RESCHEDULE_SECONDS``).
 
+``reschedule`` logs when the job will run again as it is: "in 0.4 s" for a rate limit, "when a
+slot is released, at the latest in 29.0 s" for a parked job (its fallback is not its run time).
+
 Permits follow the job. In a worker, each job runs as a ``Holder`` (its process identity and
 jid, set by the processor through ``holding``): a concurrent slot's token is ``<jid>:<random>``,
 recorded in the holder's process's permits HASH by the script that grants it, and in the holder
@@ -321,8 +324,11 @@ class Limiter:
         """How long a job refused by this limiter waits in the schedule set: till it has room."""
         return min(max(hint_seconds, 0.0) + rng.uniform(0.0, RATE_JITTER_SECONDS), MAX_RESCHEDULE_SECONDS)
 
-    def park(self, client: redis.Redis, member: str) -> None:
-        """A job this limiter refused is in the schedule set as ``member`` (concurrent: wake it)."""
+    def park(self, client: redis.Redis, member: str) -> int | None:
+        """A job this limiter refused is in the schedule set as ``member`` (concurrent: wake it
+        at the next release). ``limiter_park``'s answer (1 parked, 0 made due now, -1 no longer
+        in the schedule set), None for a limiter that does not park (a rate limit)."""
+        return None
 
     # --- the protocol -------------------------------------------------------------------
 
@@ -438,9 +444,9 @@ class Concurrent(Limiter):
         # time is for a slot that frees by its lock's expiry (the earliest one, ``hint_seconds``)
         return min(max(hint_seconds, 0.0) * rng.uniform(1.0, 1.05) + rng.uniform(0.0, RATE_JITTER_SECONDS), MAX_RESCHEDULE_SECONDS)
 
-    def park(self, client: redis.Redis, member: str) -> None:
+    def park(self, client: redis.Redis, member: str) -> int | None:
         ttl_seconds = math.ceil(MAX_RESCHEDULE_SECONDS * 1.1 + RATE_JITTER_SECONDS) + 60
-        scripts.limiter_park(client, name=self.name, member=member, size=self.size, max_parked=MAX_PARKED, ttl_seconds=ttl_seconds)
+        return scripts.limiter_park(client, name=self.name, member=member, size=self.size, max_parked=MAX_PARKED, ttl_seconds=ttl_seconds)
 
     def describe(self) -> dict[str, str]:
         return {"kind": self.kind, "limit": str(self.size), "lock_timeout": repr(self.lock_timeout)}
@@ -542,9 +548,17 @@ def reschedule(policy: RetryPolicy, unit: UnitOfWork, item: dict[str, Any], erro
         delay = refused_by.reschedule_delay_seconds(count, error.retry_in_seconds, rng)
     run_at = now() + delay
     policy.file_scheduled(unit, member, run_at)
+    parked = None
     if refused_by is not None:
         try:  # the member exactly as the retry policy stored it
-            refused_by.park(policy.client, compact_json(member, allow_nan=True))
+            parked = refused_by.park(policy.client, compact_json(member, allow_nan=True))
         except REDIS_ERRORS as exc:  # it comes back at its fallback time instead
             logger.warning("jid=%s could not be parked on %r (%s); it comes back in %.1f s", item.get("jid"), refused_by.name, exc, delay)
+    if parked == 1:
+        when = f"runs when a slot is released, at the latest in {delay:.1f} s"
+    elif parked is not None:  # a slot freed meanwhile (0), or the scheduler already took it (-1)
+        when = "a slot freed meanwhile: runs again now"
+    else:
+        when = f"runs again in {delay:.1f} s"
+    logger.info("class=%s jid=%s queue=%s over limit %r: %s", item.get("class"), item.get("jid"), unit.queue, error.name, when)
     return run_at

@@ -338,15 +338,7 @@ class Processor:
         run_at = limiter.reschedule(self.policy, unit, item, exc, rng=self.policy.rng)
         if run_at is None:
             return None
-        ending.put_back(item, reason=RequeueReason.OVER_LIMIT)
-        logger.info(
-            "class=%s jid=%s queue=%s over limit %r: rescheduled in %.1f s",
-            admitted.class_name,
-            admitted.jid,
-            unit.queue,
-            exc.name,
-            run_at - now(),
-        )
+        ending.put_back(item, reason=RequeueReason.OVER_LIMIT)  # logged by reschedule: when it runs again
         return admitted.result(acknowledge=False, failed=False)
 
     def _on_failure(self, admitted: _Admitted, exc: BaseException) -> Result:

@@ -305,14 +305,18 @@ def test_the_slots_of_a_dead_process_are_released_when_its_jobs_are_recovered(re
 
 
 @pytest.mark.django_db
-def test_a_job_refused_by_a_concurrent_limiter_is_woken_by_the_release(redis):
+def test_a_job_refused_by_a_concurrent_limiter_is_woken_by_the_release(redis, caplog):
     # Given a job refused by a full one-slot limiter, rescheduled for its fallback time
     permit = HELD_ELSEWHERE.acquire()
     NeedsHeldLimiter.perform_async()
     raw = redis.lmove("queue:default", INFLIGHT, "RIGHT", "LEFT")
-    Processor(RetryPolicy(get_redis(), INFLIGHT)).process(UnitOfWork(raw, "default"))
+    with caplog.at_level("INFO", logger="jobsapp.limiter"):
+        Processor(RetryPolicy(get_redis(), INFLIGHT)).process(UnitOfWork(raw, "default"))
     ((_, fallback),) = redis.zrange("schedule", 0, -1, withscores=True)
     assert fallback > time.time() + 5 and redis.llen("jobsapp:limiter:held-elsewhere:parked") == 1
+    # (its log line says it runs at the release, its fallback time only as the latest)
+    (line,) = [record.getMessage() for record in caplog.records if "over limit" in record.getMessage()]
+    assert "'held-elsewhere': runs when a slot is released, at the latest in " in line and "rescheduled in" not in line
     # When the holder releases its slot
     assert HELD_ELSEWHERE.release(permit) == 1
     # Then the refused job is due now (the scheduler pushes it within one poll), once
@@ -345,7 +349,7 @@ def test_refusals_count_refused_entries_not_attempts(redis):
 
 
 @pytest.mark.django_db
-def test_a_job_refused_by_a_rate_limiter_comes_back_when_the_window_has_room(redis):
+def test_a_job_refused_by_a_rate_limiter_comes_back_when_the_window_has_room(redis, caplog):
     from tests.testapp.jobs import UnderWindowLimit
 
     # Given a window of 10 per second already full, and a job under it that does not wait
@@ -358,12 +362,17 @@ def test_a_job_refused_by_a_rate_limiter_comes_back_when_the_window_has_room(red
 
     API_WINDOW.wait_timeout = 0.0
     try:
-        Processor(RetryPolicy(get_redis(), INFLIGHT)).process(UnitOfWork(raw, "default"))
+        with caplog.at_level("INFO", logger="jobsapp.limiter"):
+            Processor(RetryPolicy(get_redis(), INFLIGHT)).process(UnitOfWork(raw, "default"))
     finally:
         API_WINDOW.wait_timeout = 5.0
     # Then it is rescheduled for when the window has room (within a second), plus a small jitter
     ((_, run_at),) = redis.zrange("schedule", 0, -1, withscores=True)
     assert refused_at < run_at <= refused_at + 1.0 + limiter.RATE_JITTER_SECONDS + 0.1
+    # and its log line gives that time
+    (line,) = [record.getMessage() for record in caplog.records if "over limit" in record.getMessage()]
+    seconds = float(line.rsplit("runs again in ", 1)[1].removesuffix(" s"))
+    assert 0 <= seconds <= 1.0 + limiter.RATE_JITTER_SECONDS + 0.1
 
 
 def test_a_slot_granted_after_its_job_ended_is_given_back_at_once(redis):
