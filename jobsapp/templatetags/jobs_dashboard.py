@@ -30,14 +30,25 @@ def _datetime(epoch: Any) -> dt.datetime | None:
         return None
 
 
+def relative_time(moment: dt.datetime, now: dt.datetime) -> str:
+    """ "12 s ago" / "in 5 s" under a minute (Django's timesince says "0 minutes" there), else
+    "3 minutes ago" / "in 2 hours"."""
+    seconds = (now - moment).total_seconds()
+    if abs(seconds) < 60:
+        whole = int(abs(seconds))
+        return f"{whole} s ago" if seconds >= 0 else f"in {whole} s"
+    return f"{timesince(moment, now)} ago" if moment <= now else f"in {timeuntil(moment, now)}"
+
+
 @register.simple_tag
-def epoch_time(epoch: Any) -> SafeString:
-    """``<time>`` with the UTC time as its title and "3 minutes ago" / "in 2 hours" as text."""
+def epoch_time(epoch: Any, now: float | None = None) -> SafeString:
+    """``<time>`` with the UTC time as its title and "12 s ago" / "3 minutes ago" / "in 2 hours"
+    as text; ``now`` (epoch seconds) is the present, for tests."""
     moment = _datetime(epoch)
     if moment is None:
         return format_html("{}", "—")
-    now = dt.datetime.now(dt.UTC)
-    text = f"{timesince(moment, now)} ago" if moment <= now else f"in {timeuntil(moment, now)}"
+    present = dt.datetime.fromtimestamp(now, tz=dt.UTC) if now is not None else dt.datetime.now(dt.UTC)
+    text = relative_time(moment, present)
     iso = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
     return format_html('<time datetime="{}" title="{}">{}</time>', iso, iso, text)
 

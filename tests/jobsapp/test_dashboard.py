@@ -137,6 +137,31 @@ def test_actions_refuse_a_cross_site_post_without_the_csrf_middleware(django_use
     assert redis.llen(keys.queue("default")) == 0
 
 
+def test_relative_times_count_seconds_under_a_minute():
+    from jobsapp.templatetags.jobs_dashboard import epoch_time
+
+    # Given the present at 1,000,000 s, Then times within a minute read in seconds, later ones in words
+    now = 1_000_000.0
+    assert ">12 s ago</time>" in epoch_time(now - 12.7, now=now)
+    assert ">0 s ago</time>" in epoch_time(now, now=now)
+    assert ">in 5 s</time>" in epoch_time(now + 5.2, now=now)
+    assert ">1\xa0minute ago</time>" in epoch_time(now - 90, now=now)
+    assert ">in 2\xa0hours</time>" in epoch_time(now + 7200, now=now)
+
+
+def test_a_job_page_says_how_many_seconds_ago_it_was_enqueued(staff, redis):
+    import re
+
+    # Given a job enqueued 12 seconds ago
+    enqueued, jid = time.time() - 12, "0123456789abcdef01234567"
+    job = {"class": "Noop", "args": [], "queue": "default", "jid": jid, "created_at": enqueued, "enqueued_at": enqueued}
+    redis.lpush(keys.queue("default"), json.dumps(job))
+    redis.sadd(keys.QUEUES, "default")
+    # When its page is shown, Then it reads "12 s ago", not "0 minutes ago"
+    page = staff.get(reverse("jobsapp:job", args=[jid])).content.decode()
+    assert re.search(r">1[2-9] s ago</time>", page) and "0\xa0minutes" not in page, page
+
+
 # --- pages --------------------------------------------------------------------------------
 
 
