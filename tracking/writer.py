@@ -38,14 +38,15 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO
 
 try:
     import fcntl
@@ -95,7 +96,7 @@ class Writer:
         self._pending: deque[Ticket] = deque()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._lock_file: IO[bytes] | None = None
+        self._lock_file: int | None = None  # the turn lock's descriptor (-1: none could be opened)
         self._waiting = 0  # queued changes whose thread waits for the commit
         self._released = 0  # how many of those the last batch released
         # While the writer sleeps: wake it for any change (0), or once this many waited-for
@@ -255,7 +256,8 @@ class Writer:
 
     @contextlib.contextmanager
     def _database_turn(self) -> Iterator[None]:
-        """On a SQLite file, take turns with the other processes' writers on an OS file lock.
+        """On a SQLite file, take turns with the other processes' writers on an OS file lock
+        (``turn_lock_path``: in the temporary directory, not beside the database).
 
         SQLite's own lock is polled: a writer that finds it taken sleeps in the busy handler
         (1, 2, 5, 10... ms) while the holder commits and takes it again, so two busy processes
@@ -270,12 +272,15 @@ class Writer:
             if name == ":memory:" or "mode=memory" in name:
                 yield
                 return
-            self._lock_file = open(f"{name}.tracking-lock", "a+b")  # kept open: the lock's handle
-        fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX)
+            self._lock_file = _open_turn_lock(turn_lock_path(name))  # kept open: the lock's handle
+        if self._lock_file < 0:  # no lock file could be opened: SQLite's own lock alone
+            yield
+            return
+        fcntl.flock(self._lock_file, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
 
     def _finish(self, batch: list[Ticket], results: list[bool] | list[None], error: BaseException | None) -> None:
         self.batches += 1
@@ -284,6 +289,27 @@ class Writer:
             ticket.result, ticket.error = result, error
             if ticket.done is not None:
                 ticket.done.release()
+
+
+def turn_lock_path(database_name: str) -> str:
+    """The file on which the writers of one SQLite database take turns: in the temporary directory
+    (``tempfile.gettempdir()``, so ``$TMPDIR``), named by a hash of the database's real path, so
+    every process using that database finds the same one and none appears beside the database
+    (a checkout, a user's project). It holds nothing; deleting it while no worker runs is safe."""
+    digest = hashlib.sha256(os.path.realpath(database_name).encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"jobsapp-tracking-{digest}.lock")
+
+
+def _open_turn_lock(path: str) -> int:
+    """A read-only descriptor of the turn lock (``flock`` needs no more, and another user's file
+    opens read-only), created when missing; -1 when it cannot be opened (logged once)."""
+    for flags in (os.O_RDONLY | os.O_CREAT, os.O_RDONLY):
+        try:
+            return os.open(path, flags, 0o666)
+        except OSError as error:  # e.g. another user's file in a sticky /tmp: try without O_CREAT
+            failure = error
+    logger.warning("tracking: no turn lock for the SQLite writers at %s (%s): SQLite's own lock alone", path, failure)
+    return -1
 
 
 _writer: Writer | None = None
