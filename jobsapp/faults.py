@@ -20,7 +20,10 @@ SIGKILL or a segfault at that line. The points, in a job's order:
 Points inside features, each tested by its own scenario (``FEATURE_POINTS``):
 
 - ``chord_part_recorded``: a Celery chord header task's value was just recorded (and, for the
-  last part, its callback job pushed); the task's job is not acknowledged yet.
+  last part, its callback job pushed); the task's job is not acknowledged yet;
+- ``outbox_committed``: a transaction with an outbox entry committed; its push is not made yet
+  (the web process killed right after COMMIT);
+- ``outbox_relay_pushed``: the relay pushed an entry; its DELETE is not made yet.
 
 Used by ``tests/faults`` only; never set it in production.
 """
@@ -45,7 +48,7 @@ POINTS = (
 )
 
 #: Points in features' code; each has a scenario of its own (not scenario 2's ledger jobs).
-FEATURE_POINTS = ("chord_part_recorded",)
+FEATURE_POINTS = ("chord_part_recorded", "outbox_committed", "outbox_relay_pushed")
 
 #: Exit code of a process killed by a fault point.
 EXIT_CODE = 86

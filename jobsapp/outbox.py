@@ -49,7 +49,7 @@ from typing import Any
 from django.apps import apps
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, transaction
 
-from . import client
+from . import client, faults
 from .conf import jobs_settings
 from .errors import PayloadTooLarge, RedisUnavailable, ReplicationTimeout
 
@@ -143,6 +143,8 @@ def defer(kind: str, arguments: dict[str, Any], *, jid: str, jobs: int = 1, usin
 def deliver(entry_id: int, kind: str, arguments: dict[str, Any], *, using: str = DEFAULT_DB_ALIAS) -> bool:
     """At commit: push, then delete the entry. Never raises: an outage leaves the entry to the
     relay, any other failure parks it with the reason. Whether the push was made."""
+    if faults.POINT:
+        faults.reach("outbox_committed")
     try:
         KINDS[kind](arguments)
     except RedisUnavailable as exc:  # the entry waits for the relay; the commit stands
@@ -223,6 +225,8 @@ def relay_due(
             logger.error("outbox entry %s could not be pushed and is parked: %s", entry_id, exc)
             parked += 1
             continue
+        if faults.POINT:
+            faults.reach("outbox_relay_pushed")
         _entries(using).filter(pk=entry_id).delete()
         pushed += 1
     return RelayRound(pushed=pushed, parked=parked, full=len(rows) >= limit)

@@ -82,6 +82,9 @@ class OutboxRelay(PollingComponent):
         """Between rounds: at most a second, and well inside the lock's TTL (jittered)."""
         return min(MAX_INTERVAL_SECONDS, self.lock_seconds / 3) * self.rng.uniform(0.8, 1.2)
 
+    def first_delay_seconds(self) -> float:
+        return self.interval_seconds()  # a fleet starting together does not ask for the lock at once
+
     def holds_lock(self) -> bool:
         return scripts.relay_lock(self.client, token=self.token, ttl_seconds=self.lock_seconds)
 
