@@ -6,9 +6,12 @@ Client middleware runs in the pushing thread, once per job, before anything is w
 Server middleware runs in a processor thread around ``perform``: ``call`` wraps the job (it sees
 its exceptions and may re-raise or swallow them); ``on_retry``, ``on_dead`` and ``on_requeue`` are
 told what the engine decided after the chain has finished, so a middleware can record "waiting
-for retry (2 of 25)" without re-deriving the retry policy; ``on_shutdown`` comes last, when the
-worker process is about to exit (``-P`` children leave with ``os._exit``: no atexit runs). A hook that raises is logged and
-ignored: middleware never decides where a job ends up.
+for retry (2 of 25)" without re-deriving the retry policy. They are called by the "job ended"
+door alone (``jobsapp.ending``: ``finish`` and ``put_back``), wherever the job ended: in a
+worker, or in the web process or command where an operator deleted, killed or moved it
+(``jobsapp.api``). ``on_shutdown`` comes last, when the worker process is about to exit (``-P``
+children leave with ``os._exit``: no atexit runs; ``tell_shutdown``). A hook that raises is
+logged and ignored: middleware never decides where a job ends up.
 
 Chains are configured from ``JOBSAPP["CLIENT_MIDDLEWARE"]`` / ``["SERVER_MIDDLEWARE"]`` (dotted
 paths) and changed in code like Sidekiq's: add, remove, prepend, insert_before, insert_after.
@@ -73,12 +76,14 @@ class ServerMiddleware:
         """The job failed and will run again at ``run_at`` (attempt ``retry_count + 1`` of ``retry_limit``)."""
 
     def on_dead(self, job_class: type[Job] | None, item: Item, exception: BaseException | None, *, reason: str) -> None:
-        """The job will not run again: it went to the dead set, or was discarded (``retry: false``).
-        ``reason`` is a ``jobsapp.outcomes.DeadReason`` (a str: ``"retries_exhausted"``, ``"killed"``...)."""
+        """The job will not run again: it went to the dead set, was discarded (``retry: false``),
+        expired, or was revoked, deleted or killed while it waited. ``reason`` is a
+        ``jobsapp.outcomes.DeadReason`` (a str: ``"retries_exhausted"``, ``"killed"``, ``"deleted"``...)."""
 
     def on_requeue(self, item: Item, *, reason: str) -> None:
-        """The job was put back at the front of its queue unfinished (shutdown), to run again.
-        ``reason`` is a ``jobsapp.outcomes.RequeueReason`` (a str: ``"shutdown"``, ``"recovered"``...)."""
+        """The job was put back on its queue unfinished (shutdown, recovery) or sent there by an
+        operator, to run again. ``reason`` is a ``jobsapp.outcomes.RequeueReason`` (a str:
+        ``"shutdown"``, ``"recovered"``, ``"operator"``...)."""
 
     def on_shutdown(self) -> None:
         """The worker process is about to exit: no job runs any more; flush what you buffer."""
@@ -220,10 +225,15 @@ def _run_chain(job: Job, item: Item, queue: str, final: Callable[[], Any]) -> An
 def notify(hook: str, *args: Any, **kwargs: Any) -> None:
     """Call ``hook`` on every server middleware; a hook that raises is logged and ignored.
 
-    The engine's own features hear a job's end through the "job ended" door (``jobsapp.ending``),
-    not through these hooks."""
+    Called by the "job ended" door (``jobsapp.ending``) for a job's hooks, so middleware and the
+    engine's features always hear the same endings; and by ``tell_shutdown``."""
     for middleware in server_chain().instances():
         try:
             getattr(middleware, hook)(*args, **kwargs)
         except Exception:  # the job's fate is already decided; a failing hook must not change it
             logger.exception("server middleware %s.%s failed", type(middleware).__name__, hook)
+
+
+def tell_shutdown() -> None:
+    """``on_shutdown`` on every server middleware: the worker process is about to exit."""
+    notify("on_shutdown")

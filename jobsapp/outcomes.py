@@ -35,6 +35,9 @@ class DeadReason(StrEnum):
     MALFORMED = "malformed"
     POISON = "poison"  # it kept crashing its worker
     EXPIRED = "expired"  # fetched past its expires_at: dropped, never run
+    DELETED = "deleted"  # an operator deleted it while it waited (a queue, the schedule or the retry set)
+    OPERATOR_KILLED = "operator_killed"  # an operator moved it to the dead set while it waited
+    REVOKED = "revoked"  # revoked before it started (Celery's revoke)
 
 
 class RequeueReason(StrEnum):
@@ -46,3 +49,4 @@ class RequeueReason(StrEnum):
     RECONCILE = "reconcile"
     RECOVERED = "recovered"  # from a dead process's in-flight list
     OVER_LIMIT = "over_limit"  # its queue or limiter had no slot
+    OPERATOR = "operator"  # an operator moved it from the schedule, retry or dead set to its queue now

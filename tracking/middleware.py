@@ -56,6 +56,9 @@ DEAD_REASONS: dict[str, str] = {
     DeadReason.MALFORMED: "not run: malformed payload",
     DeadReason.DISCARDED: "discarded by the job's retry policy",
     DeadReason.EXPIRED: "expired: not started before its expires_in ran out, never run",
+    DeadReason.DELETED: "deleted by an operator before it ran",
+    DeadReason.OPERATOR_KILLED: "sent to the dead set by an operator",
+    DeadReason.REVOKED: "revoked before it started",
 }
 
 

@@ -5,7 +5,10 @@ latency is now minus the oldest job's ``enqueued_at`` (float seconds, or Sidekiq
 milliseconds). Listing reads pages with LRANGE. Deleting a job sends back the raw bytes read
 (LREM count 1): the job is removed exactly, or not at all if a worker took it first.
 
-``clear`` removes the list and the name from ``queues`` in one MULTI, as Sidekiq. Pausing adds
+``clear`` takes the jobs the queue holds, oldest first, ``SCAN_CHUNK`` per ``RPOP``, then forgets
+the name in ``queues`` as Sidekiq does. Every job a delete or a clear took has ended: it goes
+through the "job ended" door as ``DELETED`` (``endings``: its unique lock released, its batch
+counting it, ``on_dead`` for tracking). Pausing adds
 the name to ``jobsapp:paused`` (fetch skips it; jobs stay and new pushes still land); a paused
 queue keeps showing in ``Queue.all()`` even when empty, so it can always be resumed. Redis
 connection errors raise ``RedisUnavailable``.
@@ -16,10 +19,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .. import keys
 from ..connection import as_text, get_redis
+from ..ending import Fate
+from .endings import ended
 from .guard import translate_errors
 from .records import JobRecord, Page, clamp_page
 
@@ -172,9 +177,15 @@ class Queue:
         return None
 
     @translate_errors
-    def delete(self, record: JobRecord) -> bool:
-        """Remove exactly this job (by its raw bytes); False if it was no longer there."""
-        return bool(get_redis().lrem(self.key, 1, record.raw))  # type: ignore[arg-type]
+    def delete(self, record: JobRecord, *, fate: Fate = Fate.DELETED) -> bool:
+        """Remove exactly this job (by its raw bytes); False if it was no longer there. A removed
+        job has ended with ``fate`` (``REVOKED`` for Celery's revoke): its features and server
+        middleware hear it (``jobsapp.ending``)."""
+        client = get_redis()
+        removed = bool(client.lrem(self.key, 1, record.raw))  # type: ignore[arg-type]
+        if removed:
+            ended(client, [record], fate)
+        return removed
 
     def delete_job(self, jid: str) -> bool:
         """Find the job by jid and remove it; False when it is not (or no longer) in the queue."""
@@ -183,10 +194,18 @@ class Queue:
 
     @translate_errors
     def clear(self) -> int:
-        """Drop every job and forget the queue name; returns how many jobs were dropped."""
-        pipe = get_redis().pipeline(transaction=True)
-        pipe.llen(self.key)
-        pipe.unlink(self.key)
-        pipe.srem(keys.QUEUES, self.name)
-        size, _, _ = pipe.execute()
-        return int(size)
+        """Drop every job the queue holds and forget the queue name; returns how many jobs were
+        dropped. Each ends ``DELETED`` through the door; a job pushed while the queue is being
+        cleared may stay (as many jobs are taken as the queue held when the clear began)."""
+        client = get_redis()
+        remaining = int(client.llen(self.key))
+        dropped = 0
+        while remaining > 0:
+            raws = cast("list[bytes] | None", client.rpop(self.key, min(SCAN_CHUNK, remaining)))
+            if not raws:
+                break  # workers took the rest
+            dropped += len(raws)
+            remaining -= len(raws)
+            ended(client, [JobRecord(raw, queue=self.name) for raw in raws], Fate.DELETED)
+        client.srem(keys.QUEUES, self.name)
+        return dropped

@@ -16,6 +16,11 @@ its queue with a fresh ``enqueued_at``; ``retry`` also lowers ``retry_count`` by
 ``delete`` is a ZREM of the raw member. Bulk actions walk the set in chunks and pipeline one
 script call per job. A member that is not valid JSON cannot be pushed to a queue (its queue is
 unknown): it is skipped by retry and can still be deleted or killed.
+
+Every job an action took goes through the "job ended" door (``endings``): deleted from the
+schedule or the retry set (or cleared with it) it ends ``DELETED``, killed it ends ``DEAD``
+(reason ``operator_killed``), moved to its queue it is put back (``on_requeue``). A dead job has
+ended already: deleting it, or clearing the dead set, tells no one.
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ from typing import Any, cast
 from .. import keys, scripts
 from ..conf import jobs_settings
 from ..connection import get_redis
+from ..ending import Fate
+from ..outcomes import DeadReason
 from ..payload import compact_json
+from .endings import ended, moved_to_queue
 from .guard import translate_errors
 from .records import Page, SortedEntry, clamp_page, parse_entry_key
 
@@ -87,6 +95,8 @@ class JobSet:
     newest_first = False
     #: Whether ``kill`` makes sense here (not for the dead set itself).
     can_kill = True
+    #: Whether removing an entry ends its job (not in the dead set: a dead job has ended already).
+    removal_ends_job = True
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -235,10 +245,10 @@ class JobSet:
 
     # --- acting on one entry ------------------------------------------------------------
 
-    @translate_errors
-    def delete(self, entry: SortedEntry) -> bool:
-        """Remove the entry; False when it was already gone."""
-        return bool(get_redis().zrem(self.name, entry.raw))
+    def delete(self, entry: SortedEntry, *, fate: Fate = Fate.DELETED) -> bool:
+        """Remove the entry; False when it was already gone. Out of the schedule or the retry
+        set, its job has ended with ``fate`` (``REVOKED`` for Celery's revoke)."""
+        return self._delete_many([entry], fate=fate) == 1
 
     def retry(self, entry: SortedEntry, *, now: float | None = None) -> bool:
         """Push to its queue now, lowering retry_count by one (Sidekiq's "Retry Now")."""
@@ -285,12 +295,26 @@ class JobSet:
 
     @translate_errors
     def clear(self) -> int:
-        """Drop the whole set; returns how many entries it held."""
-        pipe = get_redis().pipeline(transaction=True)
-        pipe.zcard(self.name)
-        pipe.unlink(self.name)
-        size, _ = pipe.execute()
-        return int(size)
+        """Drop the whole set; returns how many entries it dropped. Out of the schedule or the
+        retry set, the entries are taken SCAN_CHUNK per ``ZPOPMIN`` (as many as the set held when
+        the clear began) and each job ends ``DELETED`` through the door."""
+        client = get_redis()
+        if not self.removal_ends_job:
+            pipe = client.pipeline(transaction=True)
+            pipe.zcard(self.name)
+            pipe.unlink(self.name)
+            size, _ = pipe.execute()
+            return int(size)
+        remaining = int(client.zcard(self.name))
+        dropped = 0
+        while remaining > 0:
+            members = cast("list[tuple[bytes, float]]", client.zpopmin(self.name, min(SCAN_CHUNK, remaining)))
+            if not members:
+                break  # the scheduler moved the rest
+            dropped += len(members)
+            remaining -= len(members)
+            ended(client, self._entries(members), Fate.DELETED)
+        return dropped
 
     def _apply_all(self, action: str, *, class_name: str | None, substring: str | None) -> int:
         if class_name or substring:
@@ -312,15 +336,19 @@ class JobSet:
     def _move_many(self, entries: list[SortedEntry], *, lower_retry_count: bool, now: float | None) -> int:
         current = time.time() if now is None else now
         pipe = get_redis().pipeline(transaction=False)
-        calls = 0
+        sent: list[SortedEntry] = []
         for entry in entries:
             target = queue_payload(entry, now=current, lower_retry_count=lower_retry_count)
             if target is None:
                 continue
             queue, data = target
             scripts.api_move_to_queue(pipe, set_key=self.name, member=entry.raw, queue=queue, data=data)
-            calls += 1
-        return sum(scripts.moved_reply(reply) for reply in pipe.execute()) if calls else 0
+            sent.append(entry)
+        if not sent:
+            return 0
+        moved = [entry for entry, reply in zip(sent, pipe.execute(), strict=True) if scripts.moved_reply(reply)]
+        moved_to_queue(moved)
+        return len(moved)
 
     @translate_errors
     def _kill_many(self, entries: list[SortedEntry], *, now: float | None) -> int:
@@ -331,16 +359,26 @@ class JobSet:
         current = time.time() if now is None else now
         oldest_kept = current - float(jobs_settings.DEAD_TIMEOUT_SECONDS)
         max_jobs = int(jobs_settings.DEAD_MAX_JOBS)
-        pipe = get_redis().pipeline(transaction=False)
+        client = get_redis()
+        pipe = client.pipeline(transaction=False)
         for entry in entries:
             scripts.api_kill(pipe, set_key=self.name, member=entry.raw, now=current, oldest_kept=oldest_kept, dead_max_jobs=max_jobs)
-        return sum(scripts.moved_reply(reply) for reply in pipe.execute())
+        killed = [entry for entry, reply in zip(entries, pipe.execute(), strict=True) if scripts.moved_reply(reply)]
+        ended(client, killed, Fate.DEAD, reason=DeadReason.OPERATOR_KILLED)
+        return len(killed)
 
     @translate_errors
-    def _delete_many(self, entries: list[SortedEntry]) -> int:
+    def _delete_many(self, entries: list[SortedEntry], *, fate: Fate = Fate.DELETED) -> int:
         if not entries:
             return 0
-        return int(get_redis().zrem(self.name, *[entry.raw for entry in entries]))
+        client = get_redis()
+        pipe = client.pipeline(transaction=False)
+        for entry in entries:
+            pipe.zrem(self.name, entry.raw)
+        removed = [entry for entry, reply in zip(entries, pipe.execute(), strict=True) if reply]
+        if self.removal_ends_job:
+            ended(client, removed, fate)
+        return len(removed)
 
 
 class ScheduledSet(JobSet):
@@ -361,6 +399,7 @@ class DeadSet(JobSet):
     name = keys.DEAD
     newest_first = True
     can_kill = False
+    removal_ends_job = False
 
 
 SETS: dict[str, Callable[[], JobSet]] = {"scheduled": ScheduledSet, "retries": RetrySet, "dead": DeadSet}

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import api, ending, result_writer, results
-from ..connection import get_redis
+from .. import api, result_writer, results
 from ..ending import Fate
 from .exceptions import TaskRevokedError
 from .options import warn_unsupported
@@ -42,14 +41,14 @@ def revoke(task_id: str | list[str], *, terminate: bool = False, **options: Any)
         location = api.find_job(each)
         if location is None or location.kind in ("running", "dead"):
             continue
+        # the delete tells the "job ended" door: its unique lock, batch, middleware...
         if location.kind == "queue":
-            deleted = api.Queue(location.name).delete(location.record)
+            deleted = api.Queue(location.name).delete(location.record, fate=Fate.REVOKED)
         elif location.job_set is not None:
-            deleted = location.job_set.delete(location.record)  # type: ignore[arg-type]
+            deleted = location.job_set.delete(location.record, fate=Fate.REVOKED)  # type: ignore[arg-type]
         else:
             deleted = False
         if deleted:
             removed += 1
-            ending.finish(get_redis(), location.record.item, Fate.REVOKED, reason="revoked")  # its unique lock, batch...
             mark_revoked(each)
     return removed

@@ -61,7 +61,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..component import Component
 from ..conf import jobs_settings
 from ..connection import CONNECTION_ERRORS, REDIS_ERRORS
-from ..middleware import client_chain, notify, server_chain
+from ..middleware import client_chain, server_chain, tell_shutdown
 from ..periodic import PeriodicScheduler
 from ..periodic import definitions as periodic_definitions
 from . import aio
@@ -476,7 +476,7 @@ class WorkerProcess:
         deadline = self._wait_for_running_jobs(manager, deadline)
         requeued = manager.stop(deadline)
         self.hard_stop.set()
-        notify("on_shutdown")
+        tell_shutdown()
         heartbeat.stop()
         heartbeat.clear()
         if components.fetch.reliable:

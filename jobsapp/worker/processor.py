@@ -55,7 +55,7 @@ from ..connection import CONNECTION_ERRORS, REDIS_ERRORS
 from ..ending import Fate
 from ..error_fields import safe_message
 from ..errors import JobTimeout, MalformedPayload, NoRetryError, UnknownJobClass
-from ..middleware import notify, run_server_chain
+from ..middleware import run_server_chain
 from ..outcomes import DeadReason, OutcomeKind, RequeueReason
 from ..payload import RECOVERED_KEY, Item, decode, malformed_item, now, timestamp_seconds
 from ..result_writer import run_recorded
@@ -179,9 +179,10 @@ class Processor:
         hear that it ended (``jobsapp.ending``)."""
         wrapped = malformed_item(unit.raw, unit.queue, reason)
         outcome = self.policy.bury(unit, wrapped, exception, reason=DeadReason.MALFORMED)
-        original = _decoded_or_none(unit.raw)
-        if original is not None and outcome.kind == OutcomeKind.DEAD:
-            ending.finish(self.policy.client, original, Fate.DEAD, error=exception, reason=DeadReason.MALFORMED)
+        if outcome.kind == OutcomeKind.DEAD:
+            original = _decoded_or_none(unit.raw)  # else middleware hears the wrapped entry as filed
+            told = original if original is not None else outcome.item or wrapped
+            ending.finish(self.policy.client, told, Fate.DEAD, error=exception, reason=DeadReason.MALFORMED)
         return Result(
             jid=wrapped["jid"],
             acknowledge=False,
@@ -202,7 +203,7 @@ class Processor:
         )
         outcome = self.policy.handle(unit, item, job_class, exception)
         self.filed_stuck.append(unit)
-        ending.finish_outcome(self.policy.client, item, outcome, error=exception)
+        ending.finish_outcome(self.policy.client, item, outcome, error=exception, job_class=job_class)
         jid = item.get("jid")
         logger.error("class=%s jid=%s queue=%s stuck past the hard limit (%s)", item.get("class"), jid, unit.queue, outcome.kind)
 
@@ -326,8 +327,7 @@ class Processor:
             exc_info=exc,
             extra=admitted.log_fields(),
         )
-        notify("on_dead", admitted.job_class, item, exc, reason=DeadReason.NO_RETRY)
-        ending.finish(self.policy.client, item, Fate.DISCARDED, error=exc, reason=DeadReason.NO_RETRY)
+        ending.finish(self.policy.client, item, Fate.DISCARDED, error=exc, reason=DeadReason.NO_RETRY, job_class=admitted.job_class)
         return admitted.result(acknowledge=True, failed=True)
 
     def _on_over_limit(self, admitted: _Admitted, exc: limiter.OverLimit) -> Result | None:
@@ -359,7 +359,7 @@ class Processor:
             exc_info=exc,
             extra=admitted.log_fields(),
         )
-        ending.finish_outcome(self.policy.client, item, outcome, error=exc)
+        ending.finish_outcome(self.policy.client, item, outcome, error=exc, job_class=admitted.job_class)
         return admitted.result(acknowledge=outcome.kind == OutcomeKind.DISCARDED, failed=True)
 
     def _on_expired(self, admitted: _Admitted) -> Result:
@@ -379,11 +379,8 @@ class Processor:
             expiry.count(self.policy.client, today=dt.datetime.fromtimestamp(timestamp, dt.UTC).date())
         except CONNECTION_ERRORS as exc:  # the job is dropped all the same; only the count is lost
             expiry.logger.warning("jid=%s expired job not counted (%s)", admitted.jid, exc)
-        class_name = admitted.class_name
-        job_class = registry.lookup(class_name) if isinstance(class_name, str) and registry.is_registered(class_name) else None
-        notify("on_dead", job_class, item, None, reason=DeadReason.EXPIRED)
-        ending.finish(self.policy.client, item, Fate.EXPIRED, reason=DeadReason.EXPIRED)
-        admitted.class_name = str(class_name)[:200]
+        ending.finish(self.policy.client, item, Fate.EXPIRED, reason=DeadReason.EXPIRED)  # the door looks its class up
+        admitted.class_name = str(admitted.class_name)[:200]
         return admitted.result(acknowledge=True, failed=False)
 
     def _on_hostile_class_name(self, admitted: _Admitted) -> Result:

@@ -23,10 +23,11 @@ that were actually running are counted again; the ones that were only prefetched
 for the quarantine, come back uncounted. A job counted ``POISON_RECOVERY_LIMIT`` times (3) has
 killed its process every time: it goes to the dead set as poison. Without the quarantine, an
 innocent job fetched in the same batch as a crashing one would ride along through three
-crashes and be buried with it (the fault suite's scenario 6 found that). Middleware is told
-(``on_requeue`` reason "recovered", ``on_dead`` reason "poison"), and a buried job's features
-hear that it ended through the "job ended" door (``jobsapp.ending``: its unique lock released,
-its batch counting it failed, its record failed).
+crashes and be buried with it (the fault suite's scenario 6 found that). A requeued job is put
+back through the "job ended" door's ``put_back`` (middleware hears ``on_requeue`` reason
+"recovered"), and a buried job's features and middleware hear that it ended through its
+``finish`` (``jobsapp.ending``: its unique lock released, its batch counting it failed, its
+record failed, ``on_dead`` reason "poison" or "malformed").
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from ..conf import jobs_settings
 from ..connection import CONNECTION_ERRORS, REDIS_ERRORS, as_bytes, as_text
 from ..ending import Fate
 from ..errors import PoisonJob, RedisUnavailable
-from ..middleware import notify
 from ..outcomes import DeadReason, RequeueReason
 from ..payload import RECOVERED_KEY, Item, compact_json, decode, encode_unchecked, malformed_item, now
 from ..processes import prune_dead
@@ -87,10 +87,9 @@ def _bury_malformed(client: redis.Redis, raw: bytes, *, inflight_key: str, excep
     )
     if moved:
         logger.error("recovery: malformed in-flight job sent to the dead set: %s", reason)
-        notify("on_dead", None, dead_item, exception, reason=DeadReason.MALFORMED)
         original = _decoded_or_none(raw)  # a job that decodes but could not be handled: its features hear it
-        if original is not None:
-            ending.finish(client, original, Fate.DEAD, error=exception, reason=DeadReason.MALFORMED)
+        told = original if original is not None else dead_item  # else middleware hears the wrapped entry
+        ending.finish(client, told, Fate.DEAD, error=exception, reason=DeadReason.MALFORMED)
     return moved
 
 
@@ -135,7 +134,6 @@ def _recover_one(client: redis.Redis, raw: bytes, *, inflight_key: str, started_
     )
     if moved:
         logger.error("jid=%s class=%s poison job sent to the dead set: %s", jid, str(item.get("class"))[:200], poison)
-        notify("on_dead", None, dead_item, poison, reason=DeadReason.POISON)
         ending.finish(client, dead_item, Fate.DEAD, error=poison, reason=DeadReason.POISON)
     return moved, "dead"
 

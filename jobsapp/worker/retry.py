@@ -15,8 +15,10 @@ Sidekiq's rules and fields (docs/payload.md), decided here and written in one at
 - past the limit: ``sidekiq_retries_exhausted``, then the dead set (trimmed to 180 days and
   10,000 entries in the same script) unless ``dead: false``, then the death handlers.
 
-Error handlers see every failure; middleware hooks (``on_retry`` / ``on_dead``) are told the
-outcome. A hook or handler that raises is logged and never changes where the job went.
+Error handlers see every failure, death handlers every job that will not run again (as Sidekiq
+6.4 calls them); middleware hooks (``on_retry`` / ``on_dead``) hear the outcome through the "job
+ended" door (``jobsapp.ending.finish_outcome``), which the caller calls once the outcome is filed.
+A hook or handler that raises is logged and never changes where the job went.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from .. import faults, keys, scripts
 from ..backoff import call_with_retry
 from ..conf import jobs_settings
 from ..error_fields import backtrace_lines, compress_backtrace, exception_class_name, safe_message
-from ..middleware import notify
 from ..outcomes import DeadReason, OutcomeKind
 from ..payload import RECOVERED_KEY, Item, compact_json, now
 
@@ -139,6 +140,7 @@ class Outcome:
     reason: DeadReason | None = None
     run_at: float | None = None
     item: Item | None = None  # the job as filed (with its error fields); None when nothing was written
+    retry_limit: int = 0  # RETRY: how many retries the job allows (what ``on_retry`` is told)
 
 
 def call_error_handlers(exception: BaseException, context: dict[str, Any]) -> None:
@@ -201,7 +203,6 @@ class RetryPolicy:
         call_error_handlers(exception, {"job": item, "queue": unit.queue})
         if item.get("retry", True) is False:
             call_death_handlers(item, exception)  # as Sidekiq 6.4 does for retry: false
-            notify("on_dead", job_class, item, exception, reason=DeadReason.RETRY_DISABLED)
             return Outcome(OutcomeKind.DISCARDED, DeadReason.RETRY_DISABLED, item=item)
         failed = with_error_fields(item, exception, timestamp)
         count = int(failed["retry_count"])
@@ -214,7 +215,6 @@ class RetryPolicy:
                 except Exception:  # a broken custom delay falls back to the default backoff
                     logger.exception("%s.sidekiq_retry_in failed; using the default delay", job_class.__qualname__)
             if delay == "discard":
-                notify("on_dead", job_class, item, exception, reason=DeadReason.DISCARDED)
                 return Outcome(OutcomeKind.DISCARDED, DeadReason.DISCARDED, item=item)
             if delay != "kill":
                 seconds = usable_delay_seconds(delay)
@@ -227,8 +227,7 @@ class RetryPolicy:
                     return Outcome(OutcomeKind.LOST)
                 if faults.POINT:
                     faults.reach("after_retry_write")
-                notify("on_retry", job_class, failed, exception, retry_count=count, retry_limit=limit, run_at=run_at)
-                return Outcome(OutcomeKind.RETRY, run_at=run_at, item=failed)
+                return Outcome(OutcomeKind.RETRY, run_at=run_at, item=failed, retry_limit=limit)
             reason = DeadReason.KILLED
         else:
             reason = DeadReason.RETRIES_EXHAUSTED
@@ -239,12 +238,10 @@ class RetryPolicy:
                 logger.exception("%s.sidekiq_retries_exhausted failed", job_class.__qualname__)
         if failed.get("dead", True) is False:
             call_death_handlers(failed, exception)  # as Sidekiq 6.4 does for dead: false
-            notify("on_dead", job_class, failed, exception, reason=reason)
             return Outcome(OutcomeKind.DISCARDED, reason, item=failed)
         if not self._file(unit, keys.DEAD, timestamp, failed, timestamp):
             return Outcome(OutcomeKind.LOST)
         call_death_handlers(failed, exception)
-        notify("on_dead", job_class, failed, exception, reason=reason)
         return Outcome(OutcomeKind.DEAD, reason, item=failed)
 
     def bury(self, unit: UnitOfWork, item: Item, exception: BaseException, *, reason: DeadReason) -> Outcome:
@@ -254,5 +251,4 @@ class RetryPolicy:
         if not self._file(unit, keys.DEAD, timestamp, failed, timestamp):
             return Outcome(OutcomeKind.LOST)
         call_death_handlers(failed, exception)
-        notify("on_dead", None, failed, exception, reason=reason)
         return Outcome(OutcomeKind.DEAD, reason, item=failed)

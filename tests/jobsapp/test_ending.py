@@ -1,22 +1,29 @@
 """The "job ended" door (jobsapp.ending): whichever way a job's life ends, each feature it carries
 hears it once: its unique lock is released (kept through a retry), its batch counts it and fires
-its callback once, its periodic entry records the outcome, its retained record says how it ended.
+its callback once, its periodic entry records the outcome, its retained record says how it ended,
+and server middleware hears ``on_retry`` or ``on_dead`` once.
 
 Each test takes one end-of-life path and one feature, with a job that carries all four features
 (a unique lock, a batch, a periodic name, ``retain``), run by a real processor (or the recovery
-sweeper) against a real Redis."""
+sweeper) against a real Redis, or ended by an operator: deleted, cleared or killed through
+``jobsapp.api``, the dashboard's forms or the ``jobs`` command."""
 
 from __future__ import annotations
 
 import json
 import time
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
 
-from jobsapp import Job, celery, client, ending, keys, results
+from jobsapp import Job, api, celery, client, ending, keys, middleware, results
 from jobsapp.batch import Batch, BatchStatus
 from jobsapp.connection import get_redis
 from jobsapp.errors import NoRetryError
+from jobsapp.middleware import ServerMiddleware
 from jobsapp.payload import compact_json, decode
 from jobsapp.worker import recovery
 from jobsapp.worker.fetch import UnitOfWork
@@ -154,8 +161,118 @@ def revoked(redis):
 
 
 PATHS += [malformed_in_recovery, revoked]
+
+
+# --- the operators' paths: jobsapp.api, and the dashboard and the jobs command acting through it
+
+
+def _entry(job_set: api.JobSet, jid: str) -> api.SortedEntry:
+    entry = job_set.find_job(jid)
+    assert entry is not None
+    return entry
+
+
+def _scheduled(redis) -> tuple[str, Batch]:
+    return _pushed("succeed", at=time.time() + 600)
+
+
+def _staff_browser() -> Client:
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user("operator", password="pw-operator-123", is_staff=True)
+    browser = Client()
+    browser.force_login(user)
+    return browser
+
+
+def deleted_from_queue(redis):
+    jid, batch = _pushed("succeed")
+    assert api.Queue("default").delete_job(jid)
+    return jid, batch
+
+
+def queue_cleared(redis):
+    jid, batch = _pushed("succeed")
+    assert api.Queue("default").clear() == 1
+    return jid, batch
+
+
+def deleted_from_schedule(redis):
+    jid, batch = _scheduled(redis)
+    assert api.ScheduledSet().delete(_entry(api.ScheduledSet(), jid))
+    return jid, batch
+
+
+def schedule_cleared(redis):
+    jid, batch = _scheduled(redis)
+    assert api.ScheduledSet().clear() == 1
+    return jid, batch
+
+
+def killed_from_schedule(redis):
+    jid, batch = _scheduled(redis)
+    assert api.ScheduledSet().kill(_entry(api.ScheduledSet(), jid))
+    return jid, batch
+
+
+def deleted_from_retries(redis):
+    jid, batch = retried(redis)
+    assert api.RetrySet().delete(_entry(api.RetrySet(), jid))
+    return jid, batch
+
+
+def retries_cleared(redis):
+    jid, batch = retried(redis)
+    assert api.RetrySet().clear() == 1
+    return jid, batch
+
+
+def killed_from_retries(redis):
+    jid, batch = retried(redis)
+    assert api.RetrySet().kill(_entry(api.RetrySet(), jid))
+    return jid, batch
+
+
+def deleted_on_the_dashboard(redis):
+    jid, batch = _pushed("succeed")
+    response = _staff_browser().post(reverse("jobsapp:queue_action"), {"action": "delete", "queue": "default", "jid": jid})
+    assert response.status_code == 302 and redis.llen("queue:default") == 0
+    return jid, batch
+
+
+def killed_on_the_dashboard(redis):
+    jid, batch = _scheduled(redis)
+    key = _entry(api.ScheduledSet(), jid).key
+    response = _staff_browser().post(reverse("jobsapp:set_action", args=["scheduled"]), {"action": "kill", "key": key})
+    assert response.status_code == 302 and redis.zcard("dead") == 1
+    return jid, batch
+
+
+def retries_cleared_by_the_jobs_command(redis):
+    jid, batch = retried(redis)
+    call_command("jobs", "retry", "clear", "--yes", stdout=StringIO())
+    assert redis.zcard("retry") == 0
+    return jid, batch
+
+
+OPERATOR_PATHS = [
+    deleted_from_queue,
+    queue_cleared,
+    deleted_from_schedule,
+    schedule_cleared,
+    killed_from_schedule,
+    deleted_from_retries,
+    retries_cleared,
+    killed_from_retries,
+    deleted_on_the_dashboard,
+    killed_on_the_dashboard,
+    retries_cleared_by_the_jobs_command,
+]
+PATHS += OPERATOR_PATHS
 #: The paths after which the job runs again (everything else is final).
 RUNS_AGAIN = {retried}
+#: The paths whose job failed once and waited for its retry before its end.
+RETRIED_FIRST = {retried, deleted_from_retries, retries_cleared, killed_from_retries, retries_cleared_by_the_jobs_command}
 #: The paths a batch counts as a success.
 BATCH_SUCCESSES = {succeeded, expired}
 
@@ -230,3 +347,95 @@ def test_a_failing_hook_does_not_keep_the_others_from_running(redis, monkeypatch
     # When a job carrying both ends, Then the second still runs and nothing is raised
     ending.finish(get_redis(), {"jid": "a" * 24, "retain": 60, "bid": "b1"}, ending.Fate.DEAD)
     assert called == ["bid"]
+
+
+HEARD: list[tuple[str, str, str]] = []
+
+
+class Heard(ServerMiddleware):
+    """Server middleware that notes every ending it hears: (hook, jid, reason)."""
+
+    def on_retry(self, job_class, item, exception, *, retry_count, retry_limit, run_at):
+        HEARD.append(("on_retry", item.get("jid"), ""))
+
+    def on_dead(self, job_class, item, exception, *, reason):
+        HEARD.append(("on_dead", item.get("jid"), reason))
+
+    def on_requeue(self, item, *, reason):
+        HEARD.append(("on_requeue", item.get("jid"), reason))
+
+
+@pytest.fixture
+def heard():
+    middleware.server_chain().add(Heard)
+    HEARD.clear()
+    return HEARD
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda path: path.__name__)
+def test_server_middleware_hears_each_ending_once(redis, heard, path):
+    # Given server middleware (tracking's place), When a job's life (or this run of it) ends this way
+    jid, _ = path(redis)
+    # Then it heard on_retry for a retry, and on_dead once for a job that will not run again
+    hooks = [hook for hook, heard_jid, _ in heard if heard_jid == jid]
+    expected = ["on_retry"] if path in RETRIED_FIRST else []
+    if path is not succeeded and path not in RUNS_AGAIN:
+        expected.append("on_dead")
+    assert hooks == expected
+
+
+def test_a_deleted_unique_job_can_be_pushed_again_at_once(redis):
+    # Given a queued unique job (its lock held for 600 s)
+    item = {"class": Ends.wire_name(), "args": ["succeed"], "queue": "default", "unique_for": 600}
+    jid = client.push(dict(item))
+    assert jid is not None and client.push(dict(item)) is None
+    # When an operator deletes it, Then the same push is accepted at once
+    assert api.Queue("default").delete_job(jid)
+    assert client.push(dict(item)) is not None
+
+
+def test_an_operators_delete_taken_twice_tells_the_door_once(redis, heard):
+    # Given a queued job with a batch, read by two operators at once
+    jid, batch = _pushed("succeed")
+    record = api.Queue("default").find_job(jid)
+    assert record is not None
+    # When both delete it, Then the second finds it gone, and its ending was heard once
+    assert api.Queue("default").delete(record) and not api.Queue("default").delete(record)
+    assert [hook for hook, heard_jid, _ in heard if heard_jid == jid] == ["on_dead"]
+    assert heard[-1][2] == "deleted"
+    status = BatchStatus.read(batch.bid)
+    assert status is not None and (status.pending, status.failed) == (0, 1)
+
+
+def test_deleting_a_dead_job_tells_no_one_it_ended_already(redis, heard):
+    # Given a job that died (its features and middleware heard it)
+    jid, _ = dead(redis)
+    assert [hook for hook, heard_jid, _ in heard if heard_jid == jid] == ["on_dead"]
+    # When an operator deletes it from the dead set, and clears the set
+    assert api.DeadSet().delete(_entry(api.DeadSet(), jid))
+    api.DeadSet().clear()
+    # Then no second ending was heard
+    assert [hook for hook, heard_jid, _ in heard if heard_jid == jid] == ["on_dead"]
+
+
+@pytest.mark.parametrize("where", ["retries", "scheduled", "dead"])
+def test_a_job_an_operator_sends_to_its_queue_is_put_back_not_ended(redis, heard, where):
+    # Given a job waiting in a set (its retry, its schedule, or dead)
+    if where == "retries":
+        jid, _ = retried(redis)
+        job_set: api.JobSet = api.RetrySet()
+    elif where == "scheduled":
+        jid, _ = _scheduled(redis)
+        job_set = api.ScheduledSet()
+    else:
+        jid, _ = dead(redis)
+        job_set = api.DeadSet()
+    heard.clear()
+    # When an operator sends it to its queue now ("retry now", "add to queue")
+    entry = _entry(job_set, jid)
+    assert job_set.retry(entry) if where != "scheduled" else job_set.add_to_queue(entry)
+    # Then it waits in its queue, its record says so, and middleware heard on_requeue, no ending
+    assert redis.llen("queue:default") == 1
+    record = results.get(jid)
+    assert record is not None and record.status == "queued"
+    assert heard == [("on_requeue", jid, "operator")]

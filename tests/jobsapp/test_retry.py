@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from jobsapp import client, middleware
+from jobsapp import client, ending, middleware
 from jobsapp.connection import get_redis
 from jobsapp.error_fields import compress_backtrace, decompress_backtrace
 from jobsapp.middleware import ServerMiddleware
@@ -69,6 +69,7 @@ def test_first_failure_schedules_a_retry_and_acks(redis, in_flight):
         raise ValueError("bad row")
     except ValueError as exc:
         outcome = RetryPolicy(get_redis(), INFLIGHT, rng=random.Random(1)).handle(unit, item, Explode, exc)
+        ending.finish_outcome(get_redis(), item, outcome, error=exc, job_class=Explode)  # as the processor does
     assert outcome.kind == "retry"
     assert redis.llen(INFLIGHT) == 0
     retried = json.loads(redis.zrange("retry", 0, -1)[0])
@@ -79,7 +80,9 @@ def test_first_failure_schedules_a_retry_and_acks(redis, in_flight):
 
 def test_exhausted_retries_call_the_hook_then_dead_and_death_handlers(redis, in_flight):
     unit, item = in_flight({"class": Exhausted.wire_name(), "args": [], "retry": 1, "retry_count": 0})
-    outcome = RetryPolicy(get_redis(), INFLIGHT).handle(unit, item, Exhausted, RuntimeError("still bad"))
+    error = RuntimeError("still bad")
+    outcome = RetryPolicy(get_redis(), INFLIGHT).handle(unit, item, Exhausted, error)
+    ending.finish_outcome(get_redis(), item, outcome, error=error, job_class=Exhausted)  # as the processor does
     assert outcome.kind == "dead" and outcome.reason == "retries_exhausted"
     assert Exhausted.exhausted == [item["jid"]]
     dead = json.loads(redis.zrange("dead", 0, -1)[0])
