@@ -154,3 +154,28 @@ def test_an_unreachable_index_fails_in_ci(tmp_path: Path, no_index: None, monkey
     # When a suite requires the material, Then the run fails instead of going silent
     with pytest.raises(pytest.fail.Exception, match=r"upstream django-tasks-rq==0\.12\.0 unavailable in CI"):
         upstream.require(DJANGO_TASKS_RQ)
+
+
+def test_a_definition_is_replaced_by_name_decorators_included() -> None:
+    # Given a test class whose method asserts another backend's behaviour
+    text = "class Case:\n    @decorated\n    def test_a(self):\n        upstream()\n\n    def test_b(self):\n        kept()\n"
+    # When the port replaces that method by its qualified name
+    ported = upstream.port(text, [upstream.Definition("Case.test_a", "def test_a(self):\n    ours()\n")], origin="t.py")
+    # Then ours stands at the method's place and indentation, the rest untouched
+    assert ported == "class Case:\n    def test_a(self):\n        ours()\n\n    def test_b(self):\n        kept()\n"
+    # and a definition upstream no longer has is drift
+    with pytest.raises(upstream.PortDrift, match=r"no definition 'Case\.test_c'"):
+        upstream.port(text, [upstream.Definition("Case.test_c", "def test_c(self): ...")], origin="t.py")
+
+
+def test_materialize_writes_a_tree_once_per_content(tmp_path: Path) -> None:
+    # Given the files of a port
+    files = {"pkg/__init__.py": "", "pkg/tasks.py": "x = 1\n"}
+    # When it is materialized twice, and once with a changed file
+    first = upstream.materialize("suite", files, cache=tmp_path)
+    again = upstream.materialize("suite", dict(files), cache=tmp_path)
+    changed = upstream.materialize("suite", {**files, "pkg/tasks.py": "x = 2\n"}, cache=tmp_path)
+    # Then the same content shares one directory, a change gets its own
+    assert first == again != changed
+    assert (first / "pkg" / "tasks.py").read_text() == "x = 1\n"
+    assert (changed / "pkg" / "tasks.py").read_text() == "x = 2\n"

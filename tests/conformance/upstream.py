@@ -27,6 +27,7 @@ never turn a port into a silent no-op.
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import hashlib
 import os
@@ -35,10 +36,13 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import textwrap
+import unittest
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -202,7 +206,7 @@ def require(pin: Pin) -> Path:
     except IndexUnreachable as error:
         if in_ci():
             pytest.fail(f"upstream {pin.requirement} unavailable in CI: {error}", pytrace=False)
-        pytest.skip(f"upstream {pin.requirement} unavailable (package index unreachable?): {error}")
+        pytest.skip(f"upstream {pin.requirement} unavailable (package index unreachable?): {error}", allow_module_level=True)
 
 
 def read(root: Path, relative_path: str) -> str:
@@ -221,23 +225,98 @@ class Substitution:
     count: int | None = 1
     reason: str = ""
 
+    def apply(self, text: str, *, origin: str) -> str:
+        found = text.count(self.old)
+        if found == 0 if self.count is None else found != self.count:
+            wanted = "at least once" if self.count is None else f"{self.count} time(s)"
+            raise PortDrift(f"{origin}: {self.old!r} occurs {found} time(s), the port expects it {wanted}")
+        return text.replace(self.old, self.new)
 
-def port(text: str, substitutions: Sequence[Substitution], *, origin: str) -> str:
-    """Apply ``substitutions`` in order; ``PortDrift`` (naming ``origin``) if one matches a
-    different number of times than it says, so an upstream change is never silently skipped."""
-    for substitution in substitutions:
-        found = text.count(substitution.old)
-        expected_ok = found >= 1 if substitution.count is None else found == substitution.count
-        if not expected_ok:
-            wanted = "at least once" if substitution.count is None else f"{substitution.count} time(s)"
-            raise PortDrift(f"{origin}: {substitution.old!r} occurs {found} time(s), the port expects it {wanted}")
-        text = text.replace(substitution.old, substitution.new)
+
+@dataclass(frozen=True)
+class Definition:
+    """Replace the definition (function, method or class, decorators included) named by its dotted
+    ``qualname`` with ``new``, our own source, re-indented to where the definition stands.
+
+    For a case whose upstream body asserts another backend's behaviour; ``reason`` says which."""
+
+    qualname: str
+    new: str
+    reason: str = ""
+
+    def apply(self, text: str, *, origin: str) -> str:
+        node = _find_definition(ast.parse(text), self.qualname.split("."))
+        if node is None:
+            raise PortDrift(f"{origin}: no definition {self.qualname!r}, the port expects one")
+        lines = text.splitlines(keepends=True)
+        first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)]) - 1
+        indent = " " * node.col_offset
+        replacement = textwrap.indent(textwrap.dedent(self.new).strip("\n") + "\n", indent)
+        return "".join([*lines[:first], replacement, *lines[node.end_lineno or node.lineno :]])
+
+
+Definable = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+
+def _find_definition(scope: ast.AST, names: list[str]) -> Definable | None:
+    for child in ast.iter_child_nodes(scope):
+        if isinstance(child, Definable) and child.name == names[0]:
+            return child if len(names) == 1 else _find_definition(child, names[1:])
+    return None
+
+
+Edit = Substitution | Definition
+
+
+def port(text: str, edits: Sequence[Edit], *, origin: str) -> str:
+    """Apply ``edits`` in order; ``PortDrift`` (naming ``origin``) when one no longer matches the
+    upstream text as written, so an upstream change is never silently skipped."""
+    for edit in edits:
+        text = edit.apply(text, origin=origin)
     return text
 
 
-def port_file(upstream_file: Path, destination: Path, substitutions: Sequence[Substitution] = ()) -> Path:
-    """Write ``upstream_file`` ported by ``substitutions`` to ``destination`` (parents created)."""
-    text = port(upstream_file.read_text(encoding="utf-8"), substitutions, origin=str(upstream_file))
+def port_file(upstream_file: Path, destination: Path, edits: Sequence[Edit] = ()) -> Path:
+    """Write ``upstream_file`` ported by ``edits`` to ``destination`` (parents created)."""
+    text = port(upstream_file.read_text(encoding="utf-8"), edits, origin=str(upstream_file))
     destination.parent.mkdir(parents=True, exist_ok=True)
     destination.write_text(text, encoding="utf-8")
     return destination
+
+
+def materialize(name: str, files: dict[str, str], *, cache: Path | None = None) -> Path:
+    """Write ``files`` (relative path -> text) once under ``<cache>/ported/<name>-<digest>/`` and
+    return that directory. The digest covers every path and text, so concurrent test processes
+    porting the same material share one directory, and a changed port gets a new one."""
+    digest = hashlib.sha256()
+    for relative_path in sorted(files):
+        digest.update(f"{relative_path}\0{files[relative_path]}\0".encode())
+    root = (cache or cache_dir()) / "ported"
+    target = root / f"{name}-{digest.hexdigest()[:16]}"
+    if target.is_dir():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    try:
+        for relative_path, text in files.items():
+            destination = staging / relative_path
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_text(text, encoding="utf-8")
+        try:
+            staging.rename(target)
+        except OSError:
+            if not target.is_dir():  # another process renamed the same content into place first
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def case_classes(module: ModuleType) -> dict[str, type]:
+    """The ``unittest.TestCase`` classes a ported module defines, for a test module of ours to
+    expose to pytest (``globals().update(case_classes(module))``)."""
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if isinstance(value, type) and issubclass(value, unittest.TestCase) and value.__module__ == module.__name__
+    }
