@@ -30,8 +30,13 @@ supervisor (supervisor.py) forks N children, each running ``run_child``: a
 ``EXIT_HARD_LIMIT``) is restarted by the supervisor. ``-P 1`` has no parent process (signals,
 pid and memory are the worker's own): after the hard limit the process executes its own
 command line again (``restart_in_place``: same pid, a fresh image without the stuck thread,
-a new identity), paced like the supervisor's restarts; a TERM or INT received meanwhile wins
-and the process exits.
+a new identity, quiet again when it was), paced like the supervisor's restarts; a TERM or INT
+received meanwhile wins and the process exits.
+
+Signals (``install_signal_handlers``; the same set for ``-P 1`` and each ``-P`` child): TERM/INT
+stop, TSTP quiets, TTIN dumps the threads; HUP, USR1 and USR2 are logged and ignored, PIPE is
+ignored (supervisor.IGNORED_SIGNALS). A ``-P`` child also follows its parent through its
+``ParentLink`` (supervisor.py): quiet when the parent is, stopping as on TERM when it is gone.
 """
 
 from __future__ import annotations
@@ -74,7 +79,15 @@ from .recovery import Quarantine, Sweeper, claim_slot, recover_list
 from .relay import OutboxRelay
 from .retry import RetryPolicy
 from .scheduler import Scheduler
-from .supervisor import MAX_RESTART_DELAY_SECONDS, RESTARTS_PER_MINUTE, Supervisor
+from .supervisor import (
+    IGNORED_SIGNALS,
+    MAX_RESTART_DELAY_SECONDS,
+    RESTARTS_PER_MINUTE,
+    ParentLink,
+    Supervisor,
+    describe_ignored,
+    ignore_unused_signals,
+)
 from .timeouts import Watchdog
 
 logger = logging.getLogger("jobsapp.launcher")
@@ -197,6 +210,9 @@ def check_redis(client: redis.Redis) -> None:
         )
 
 
+#: The unused signals (supervisor.IGNORED_SIGNALS) by the names ``on_signal`` receives.
+IGNORED_SIGNAL_NAMES = {signal.Signals(signum).name.removeprefix("SIG"): signum for signum in IGNORED_SIGNALS}
+
 #: What the timeouts watchdog sends this process when a job outlived the hard limit.
 HARD_LIMIT_SIGNAL = "HARD_LIMIT"
 #: The exit code of a process stopped by the hard limit (EX_SOFTWARE): the -P supervisor restarts it.
@@ -233,12 +249,15 @@ class WorkerProcess:
         options: WorkerOptions,
         *,
         slot_number: int = 0,
+        parent: ParentLink | None = None,
         rng: random.Random | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.options = options
         self.clock = clock
         self.slot_number = slot_number
+        self.parent = parent  # the -P supervisor (None with -P 1): quiet with it, stop when it is gone
+        self._orphaned = False
         self.rng = rng or random.Random()
         self.hostname = socket.gethostname()
         self.identity = new_identity(self.hostname)
@@ -257,7 +276,21 @@ class WorkerProcess:
     def on_signal(self, name: str) -> None:
         self._pending_signals.append(name)
 
+    def _follow_parent(self) -> None:
+        """A -P child: quiet when its parent is (a TSTP this child missed, or received before it
+        was started); stop as on TERM when the parent is gone, once."""
+        parent = self.parent
+        if parent is None:
+            return
+        if parent.quiet() and not self.quiet_requested.is_set():
+            self.quiet_requested.set()
+        if not self._orphaned and parent.gone():
+            self._orphaned = True
+            logger.error("the -P supervisor (pid %d) is gone: stopping as on TERM", parent.pid)
+            self._pending_signals.append("TERM")
+
     def _handle_pending_signals(self) -> None:
+        self._follow_parent()
         while self._pending_signals:
             name = self._pending_signals.popleft()
             if name in ("TERM", "INT"):
@@ -279,6 +312,8 @@ class WorkerProcess:
                 self.exit_code = EXIT_HARD_LIMIT
                 self.hurry_requested.set()
                 self.stop_requested.set()
+            elif name in IGNORED_SIGNAL_NAMES:  # from the OS or pushed by a UI: nothing to do
+                logger.warning(describe_ignored(IGNORED_SIGNAL_NAMES[name]))
             else:
                 logger.warning("ignoring unknown signal %r", name)
 
@@ -291,6 +326,7 @@ class WorkerProcess:
         signal.signal(signal.SIGINT, lambda *_: self.on_signal("INT"))
         signal.signal(signal.SIGTSTP, lambda *_: self.on_signal("TSTP"))
         signal.signal(signal.SIGTTIN, lambda *_: self.on_signal("TTIN"))
+        ignore_unused_signals(lambda signum: self.on_signal(signal.Signals(signum).name.removeprefix("SIG")))
 
     def _wait_for_redis(self, client: redis.Redis) -> bool:
         return self._wait_in_thread(partial(wait_for_redis, clock=self.clock), client)
@@ -442,6 +478,10 @@ class WorkerProcess:
         A stop request waits at most for the starts (each returns at once)."""
         options = self.options
         manager, heartbeat = components.manager, components.heartbeat
+        self._handle_pending_signals()
+        if self.quiet_requested.is_set():  # started after TSTP (a restarted -P child): it takes no job
+            logger.info("starting quiet: no job will be fetched")
+            manager.quiet()
         heartbeat.start()
         manager.start()
         for component in components.background():
@@ -501,9 +541,9 @@ class WorkerProcess:
         return deadline
 
 
-def run_child(options: WorkerOptions, slot_number: int) -> int:
+def run_child(options: WorkerOptions, slot_number: int, parent: ParentLink) -> int:
     """One ``-P`` child (in the forked process): a worker process in ``slot_number``."""
-    process = WorkerProcess(options, slot_number=slot_number)
+    process = WorkerProcess(options, slot_number=slot_number, parent=parent)
     process.install_signal_handlers()
     return process.run()
 
@@ -512,10 +552,15 @@ def run_child(options: WorkerOptions, slot_number: int) -> int:
 RESTARTS_ENVIRONMENT_KEY = "JOBSAPP_RESTARTED_IN_PLACE_AT"
 
 
-def restart_in_place(*, clock: Clock = SYSTEM_CLOCK) -> None:
+#: Set (to "1") across a -P 1 restart in place when the process was quiet: it comes back quiet.
+QUIET_ENVIRONMENT_KEY = "JOBSAPP_RESTARTED_QUIET"
+
+
+def restart_in_place(*, quiet: bool = False, clock: Clock = SYSTEM_CLOCK) -> None:
     """Execute this process's own command line again (``-P 1`` after the hard limit): the same
-    pid, a fresh interpreter without the stuck thread. Paced like the supervisor's restarts (the
-    monotonic clock is the machine's, so it survives the exec). Does not return."""
+    pid, a fresh interpreter without the stuck thread, quiet again when it was (``quiet``).
+    Paced like the supervisor's restarts (the monotonic clock is the machine's, so it survives
+    the exec). Does not return."""
     now = clock.monotonic()
     history = [float(moment) for moment in os.environ.get(RESTARTS_ENVIRONMENT_KEY, "").split(",") if moment]
     history = [moment for moment in history if moment > now - 60] + [now]
@@ -525,6 +570,8 @@ def restart_in_place(*, clock: Clock = SYSTEM_CLOCK) -> None:
     logger.error("restarting this worker process in place in %.0f s (-P 1 has no parent process to restart it)", delay_seconds)
     clock.wait(threading.Event(), delay_seconds)
     os.environ[RESTARTS_ENVIRONMENT_KEY] = ",".join(f"{moment:.3f}" for moment in history)
+    if quiet:
+        os.environ[QUIET_ENVIRONMENT_KEY] = "1"
     logging.shutdown()  # flush every handler: the exec drops what is buffered
     sys.stdout.flush()
     sys.stderr.flush()
@@ -549,12 +596,14 @@ def run(options: WorkerOptions) -> int:
     if options.processes <= 1:
         process = WorkerProcess(options)
         process.install_signal_handlers()
+        if os.environ.pop(QUIET_ENVIRONMENT_KEY, "") == "1":  # restarted in place after TSTP: still quiet
+            process.on_signal("TSTP")
         code = process.run()
         if code == EXIT_HARD_LIMIT:
             for signum in (signal.SIGTERM, signal.SIGINT):  # from here on a stop signal ends the process at once
                 signal.signal(signum, signal.SIG_DFL)
             if not process.stop_asked():
-                restart_in_place()
+                restart_in_place(quiet=process.quiet_requested.is_set())
         return code
     prepare_children()
     return Supervisor(processes=options.processes, timeout_seconds=options.timeout_seconds, run_child=partial(run_child, options)).run()

@@ -11,16 +11,36 @@ those still running; TSTP and TTIN are forwarded.
 Those four signals are blocked while a child is forked and entered in ``children``: a stop that
 arrives then is handled once the new child is known, so it reaches that child too (a child
 restarted just as a deploy stops the fleet must not keep the parent waiting). The child starts
-with them blocked and unblocks them once their handlers are back to the defaults.
+with them blocked and unblocks them once TERM/INT are back to their defaults and TSTP/TTIN
+ignored (their default action would suspend the child) until the worker installs its handlers.
+
+The signals the parent does not use (``IGNORED_SIGNALS``: HUP, USR1, USR2) are logged and
+ignored, PIPE is ignored: their default action would end the parent and leave its children
+taking jobs with no one to restart or stop them (a deploy's ``kill -TERM $(cat pidfile)`` would
+find nothing).
+
+Each child holds a ``ParentLink``: the parent's pid and a shared page where the parent writes
+that it is quiet. The child's main thread reads both every 0.1 s with its signals (launcher.py):
+
+- quiet is remembered: a child started or restarted after TSTP (one that crashed, or one the
+  hard limit stopped) starts quiet and takes no job; so does one that TSTP reached while it was
+  still installing its handlers;
+- a child whose parent is gone (SIGKILL, the OOM killer) stops as on TERM: quiet, wait up to
+  ``-t`` for its running jobs, put the rest back. The child polls ``getppid`` rather than ask the
+  kernel for a death signal (Linux's ``PR_SET_PDEATHSIG``): it works on every POSIX system,
+  needs no ctypes, cannot miss a parent that died before the child set it up, and its 0.1 s is
+  how fast a child hears any signal anyway.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import mmap
 import os
 import signal
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import NoReturn
 
@@ -39,17 +59,57 @@ MAX_RESTART_DELAY_SECONDS = 30.0
 KILL_GRACE_SECONDS = 10.0
 #: What the parent handles and forwards; blocked around each fork.
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN)
+#: Signals no worker process uses: logged and ignored by the parent and by every worker (their
+#: default action would end the process).
+IGNORED_SIGNALS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class ParentLink:
+    """What a ``-P`` child knows of its parent: its pid, and whether it is quiet (one byte of a
+    page shared with every child, written by the parent, read by the children)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._page = mmap.mmap(-1, 1)  # anonymous and shared: forked children see the parent's writes
+
+    def set_quiet(self) -> None:
+        """In the parent: TSTP arrived; every child, the ones started later included, is quiet."""
+        self._page[0] = 1
+
+    def quiet(self) -> bool:
+        return self._page[0] == 1
+
+    def gone(self) -> bool:
+        """In a child: whether the parent has died (the child was handed to another process)."""
+        return os.getppid() != self.pid
+
+
+def ignore_unused_signals(on_ignored: Callable[[int], None]) -> None:
+    """Install ``on_ignored`` (which must only record the signal: it runs in a signal handler)
+    for ``IGNORED_SIGNALS`` and ignore SIGPIPE (a write to a closed socket raises instead)."""
+    for signum in IGNORED_SIGNALS:
+        signal.signal(signum, lambda received, _frame: on_ignored(received))
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+
+def describe_ignored(signum: int) -> str:
+    """The log line for an ignored signal."""
+    return f"{signal.Signals(signum).name} ignored: workers use TERM or INT (stop), TSTP (quiet) and TTIN (dump threads)"
 
 
 class Supervisor:
     """The parent of ``-P N`` children: forks, restarts the dead, forwards signals."""
 
-    def __init__(self, *, processes: int, timeout_seconds: float, run_child: Callable[[int], int], clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self, *, processes: int, timeout_seconds: float, run_child: Callable[[int, ParentLink], int], clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.processes = processes
         self.clock = clock
         self.timeout_seconds = timeout_seconds
-        #: Runs in the forked child with the slot number; returns the child's exit code.
+        #: Runs in the forked child with the slot number and the link to this parent; returns the child's exit code.
         self.run_child = run_child
+        self.link = ParentLink()
+        self._ignored: deque[int] = deque()  # signals received and ignored, logged by the main loop
         self.children: dict[int, int] = {}  # pid -> slot
         #: The stop signal (TERM or INT) received first, and the children it was forwarded to.
         self.stop_signal: int | None = None
@@ -84,13 +144,18 @@ class Supervisor:
         logger.info("started worker process %d in slot %d", pid, slot_number)
 
     def _become_child(self, slot_number: int, mask: Iterable[int]) -> NoReturn:
-        """The forked child: the default handlers, the parent's signal mask, then ``run_child``. Never returns."""
+        """The forked child: TERM/INT/CHLD back to their defaults, TSTP/TTIN and the unused
+        signals ignored until the worker installs its handlers (TSTP's default action would
+        suspend it; a quiet missed meanwhile is read from the link), the parent's signal mask,
+        then ``run_child``. Never returns."""
         code = 1
         try:
-            for signum in (*FORWARDED_SIGNALS, signal.SIGCHLD):
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
                 signal.signal(signum, signal.SIG_DFL)
+            for signum in (signal.SIGTSTP, signal.SIGTTIN, *IGNORED_SIGNALS):
+                signal.signal(signum, signal.SIG_IGN)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            code = self.run_child(slot_number)
+            code = self.run_child(slot_number, self.link)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:  # the child must never return into the parent's code
@@ -130,10 +195,15 @@ class Supervisor:
                 self.stop_signal = signum
             self._forward(signum)
 
+        def on_quiet(signum: int, _frame: object) -> None:
+            self.link.set_quiet()  # before forwarding: a child forked from now on starts quiet
+            self._forward(signum)
+
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)
-        signal.signal(signal.SIGTSTP, lambda signum, _frame: self._forward(signum))
+        signal.signal(signal.SIGTSTP, on_quiet)
         signal.signal(signal.SIGTTIN, lambda signum, _frame: self._forward(signum))
+        ignore_unused_signals(self._ignored.append)
         for slot_number in range(self.processes):
             if self.stopping:  # TERM/INT while forking: the children not forked yet never start
                 break
@@ -141,6 +211,8 @@ class Supervisor:
         deadline: float | None = None
         delayed: dict[int, float] = {}  # slot -> monotonic time of its postponed restart
         while self.children or (delayed and not self.stopping):
+            while self._ignored:
+                logger.warning(describe_ignored(self._ignored.popleft()))
             for slot_number, due in list(delayed.items()):
                 if self.stopping:
                     delayed.clear()

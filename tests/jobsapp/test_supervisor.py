@@ -15,7 +15,7 @@ from tests.manual_clock import ManualClock
 
 
 def supervisor_on(clock: ManualClock) -> Supervisor:
-    return Supervisor(processes=2, timeout_seconds=25, run_child=lambda slot_number: 0, clock=clock)
+    return Supervisor(processes=2, timeout_seconds=25, run_child=lambda slot_number, parent: 0, clock=clock)
 
 
 def test_a_dead_child_is_restarted_at_once_until_its_slot_crash_loops():
@@ -49,7 +49,7 @@ def test_children_start_with_the_parent_s_objects_frozen_out_of_the_gc():
     # parent's pages one by one, so every child would end up with a private copy of Django.
     reader, writer = os.pipe()
 
-    def report(slot_number: int) -> int:
+    def report(slot_number: int, parent: object) -> int:
         os.write(writer, str(gc.get_freeze_count()).encode())
         return 0
 
@@ -117,7 +117,7 @@ def fork_then_stop():
         os.kill(os.getpid(), signal.SIGTERM)
     return pid
 
-def run_child(slot_number):
+def run_child(slot_number, link):
     parent = os.getppid()
     while os.getppid() == parent:  # a child that only a stop signal ends (or its parent's death)
         time.sleep(0.05)
