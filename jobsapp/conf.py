@@ -28,6 +28,9 @@ DEFAULTS: dict[str, Any] = {
     "SENTINEL_OPTIONS": {},
     # A push returns only once this many replicas have its write (Redis WAIT), so an acknowledged
     # push survives a failover; ReplicationTimeout when they do not confirm in time. 0: off.
+    # Redis Cluster: REDIS_URL names any node (a managed service's configuration endpoint) and
+    # every key carries a hash tag (docs/operations/cluster.md). Ruby Sidekiq cannot share it.
+    "REDIS_CLUSTER": False,
     "ENQUEUE_REPLICAS": 0,
     "ENQUEUE_REPLICAS_TIMEOUT_SECONDS": 1.0,
     # More Redis servers: {"name": {"REDIS_URL": ..., "QUEUES": [...], "CLASSES": [...]}}; the

@@ -13,6 +13,13 @@ each connection fails once (the callers' ordinary Redis-error path: a push raise
 RedisUnavailable, a worker backs off and retries) and the one after it reaches the new master.
 Blocking connections (``new_redis``) get a pool of their own with the same Sentinel lookup.
 
+With ``REDIS_CLUSTER`` the client is redis-py's ``RedisCluster``, started from the one node
+``REDIS_URL`` names (it learns the rest from ``CLUSTER SLOTS``, and follows ``MOVED``/``ASK`` and
+failovers itself). It has one pool per node, and it answers the same commands as a plain client
+for the keys the engine uses: every key of a command or script carries one hash tag
+(``jobsapp.keys``), so nothing is cross-slot. This module tells ``jobsapp.keys`` whether the
+current context's shard is a cluster (``keys.use_cluster_mode_source``).
+
 Responses are bytes, never decoded: a job's raw JSON must go back to Redis exactly as it came
 (``LREM`` compares bytes), and a malformed, non-UTF-8 payload must still be readable so it can be
 moved to the dead set instead of wedging the fetcher.
@@ -25,14 +32,15 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
+import redis.cluster
 import redis.sentinel
 from django.conf import settings
 from redis.connection import SSLConnection, parse_url
 
-from . import lean_redis, shards
+from . import keys, lean_redis, shards
 from .errors import RedisUnavailable
 from .redaction import redact_url
 
@@ -89,6 +97,7 @@ class _Target:
     sentinel_service: str | None
     sentinel_options: dict[str, Any] = field(hash=False)
     socket_timeout_seconds: float
+    cluster: bool = False
 
 
 def _target(shard: str) -> _Target:
@@ -101,6 +110,7 @@ def _target(shard: str) -> _Target:
         sentinel_service=shards.setting(shard, "SENTINEL_SERVICE"),
         sentinel_options=dict(shards.setting(shard, "SENTINEL_OPTIONS") or {}),
         socket_timeout_seconds=float(shards.setting(shard, "REDIS_SOCKET_TIMEOUT_SECONDS")),
+        cluster=bool(shards.setting(shard, "REDIS_CLUSTER")),
     )
 
 
@@ -157,12 +167,42 @@ def _sentinel_master(target: _Target, *, socket_timeout_seconds: float, pool_siz
     )
 
 
+def _cluster_client(target: _Target, *, socket_timeout_seconds: float, pool_size: int | None) -> redis.Redis:
+    """redis-py's RedisCluster, from the node REDIS_URL names. It is typed as the plain client the
+    engine passes around: it takes the same commands, pipelines and scripts for single-slot keys."""
+    if target.cache_alias:
+        raise ValueError("JOBSAPP['REDIS_CLUSTER'] cannot use REDIS_CACHE_ALIAS: django-redis has no cluster client; give REDIS_URL")
+    if target.sentinels:
+        raise ValueError("JOBSAPP['REDIS_CLUSTER'] and JOBSAPP['SENTINELS'] exclude each other: a cluster fails over by itself")
+    if not target.url:
+        raise ValueError("JOBSAPP['REDIS_CLUSTER'] needs REDIS_URL naming a node of the cluster")
+    options: dict[str, Any] = {}
+    if pool_size is not None:
+        options["max_connections"] = pool_size
+    client = redis.cluster.RedisCluster.from_url(
+        target.url,
+        socket_timeout=socket_timeout_seconds,
+        socket_connect_timeout=min(socket_timeout_seconds, 5.0),
+        health_check_interval=30,
+        decode_responses=False,
+        **options,
+    )
+    return cast(redis.Redis, client)
+
+
+def is_cluster(client: object) -> bool:
+    """Whether ``client`` is a cluster client (its node-wide commands need a target node)."""
+    return isinstance(client, redis.cluster.RedisCluster)
+
+
 def _build(target: _Target, pool_size: int | None = None) -> redis.Redis:
+    timeout = target.socket_timeout_seconds
+    if target.cluster:
+        return _cluster_client(target, socket_timeout_seconds=timeout, pool_size=pool_size)
     if target.cache_alias:
         from django_redis import get_redis_connection
 
         return get_redis_connection(target.cache_alias)
-    timeout = target.socket_timeout_seconds
     if target.sentinels:
         return _sentinel_master(target, socket_timeout_seconds=timeout, pool_size=pool_size)
     return lean_redis.from_url(
@@ -180,8 +220,9 @@ _sentinel_pools: weakref.WeakSet[redis.sentinel.SentinelConnectionPool] = weakre
 
 
 def _remember(client: redis.Redis) -> redis.Redis:
-    if isinstance(client.connection_pool, redis.sentinel.SentinelConnectionPool):
-        _sentinel_pools.add(client.connection_pool)
+    pool = getattr(client, "connection_pool", None)  # a cluster client has one pool per node
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        _sentinel_pools.add(pool)
     return client
 
 
@@ -260,6 +301,9 @@ def new_redis(*, blocking_timeout_seconds: float = 0.0, shard: str | None = None
     server.
     """
     target = _target(shard or shards.current())
+    if target.cluster:
+        timeout = max(target.socket_timeout_seconds, blocking_timeout_seconds + 5)
+        return _cluster_client(target, socket_timeout_seconds=timeout, pool_size=None)
     if target.cache_alias:
         from django_redis import get_redis_connection
 
@@ -290,6 +334,31 @@ def reset() -> None:
     """Forget every client (after fork, or when a test points the engine at another server)."""
     _clients.clear()
     _sentinel_pools.clear()
+    _modes.clear()
+
+
+#: shard name -> (the settings objects it was read from, whether it is a cluster)
+_modes: dict[str, tuple[tuple[object, ...], bool]] = {}
+
+
+def cluster_mode(shard: str | None = None) -> bool:
+    """Whether ``shard`` (default: ``shards.current()``) is a Redis Cluster: its keys then carry
+    hash tags. Cached like the clients, so a key name costs a dictionary lookup or two."""
+    name = shard or shards.current()
+    seen = _settings_seen()
+    cached = _modes.get(name)
+    if cached is not None and _same_settings(cached[0], seen):
+        return cached[1]
+    value = bool(shards.setting(name, "REDIS_CLUSTER"))
+    _modes[name] = (seen, value)
+    return value
+
+
+def _partition_count() -> int:
+    return 1
+
+
+keys.use_cluster_mode_source(cluster_mode, _partition_count)
 
 
 def describe_url(url: str) -> str:
@@ -301,7 +370,9 @@ def describe(shard: str | None = None) -> str:
     """Where the engine connects, without a password, for banners and error messages."""
     name = shard or shards.current()
     target = _target(name)
-    if target.cache_alias:
+    if target.cluster:
+        where = f"Redis Cluster via {describe_url(target.url)}"
+    elif target.cache_alias:
         where = f"cache alias {target.cache_alias!r}"
     elif target.sentinels:
         addresses = ",".join(f"{host}:{port}" for host, port in target.sentinels)

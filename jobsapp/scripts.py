@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import redis
+from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
 
 from . import keys
@@ -53,6 +54,10 @@ class Runner:
         self._script = Script(None, self.source.encode("utf-8"))  # type: ignore[arg-type]
 
     def __call__(self, client: redis.Redis | redis.client.Pipeline, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        if isinstance(client, ClusterPipeline):
+            # redis-py's cluster pipeline refuses EVALSHA (and could not reload a script a node
+            # lost inside it): the source goes along, once per call, which only pipelined calls pay
+            return client.execute_command("EVAL", self.source, len(keys), *keys, *args)
         return self._script(keys=list(keys), args=list(args), client=client)
 
 
@@ -90,7 +95,7 @@ def retry(
     by ``dead_cutoff``/``dead_max_jobs``) and un-flight it; whether it was filed (False: no longer
     in flight, nothing written)."""
     reply = script("retry")(
-        client, [inflight_key, target_set, keys.RECOVERIES], [raw, repr(score), member, jid, dead_cutoff, dead_max_jobs]
+        client, [inflight_key or keys.absent(), target_set, keys.RECOVERIES], [raw, repr(score), member, jid, dead_cutoff, dead_max_jobs]
     )
     return bool(int(reply))
 
@@ -277,8 +282,8 @@ def batch_update(
             keys.batch(bid),
             keys.batch_failed(bid),
             keys.QUEUES,
-            keys.queue(complete_queue) if complete_queue else "",
-            keys.queue(success_queue) if success_queue else "",
+            keys.queue(complete_queue) if complete_queue else keys.absent(),
+            keys.queue(success_queue) if success_queue else keys.absent(),
             keys.batch_succeeded(bid),
         ],
         [event, jid, bid, complete_jid, success_jid, ttl_seconds, linger_seconds],
@@ -296,15 +301,23 @@ def result_write(
 ) -> int:
     """``result_write.lua``: apply ``(jid, ttl_seconds, kind, fields)`` record changes in order
     (kind: "start", "update" or "finish"), each TTL clamped to 1..``ttl_max_seconds``, then keep
-    at most ``max_records`` finished records (0: no cap); how many changes were applied."""
+    at most ``max_records`` finished records (0: no cap, else the hashes of the ones trimmed
+    from the index are deleted after it); how many changes were applied."""
     script_keys = [keys.RESULTS]
-    script_args: list[str] = [repr(now), str(ttl_max_seconds), str(max_records), keys.result("")]
+    script_args: list[str] = [repr(now), str(ttl_max_seconds), str(max_records)]
     for jid, ttl_seconds, kind, fields in changes:
         script_keys.append(keys.result(jid))
         script_args += [jid, repr(float(ttl_seconds)), kind, str(len(fields))]
         for field_name, value in fields.items():
             script_args += [field_name, value]
-    return int(script("result_write")(client, script_keys, script_args))
+    applied, *trimmed = script("result_write")(client, script_keys, script_args)
+    if trimmed:
+        # one DEL per key: in cluster mode a multi-key DEL would be split per slot anyway
+        with client.pipeline(transaction=False) as pipe:
+            for jid in trimmed:
+                pipe.delete(keys.result(jid.decode() if isinstance(jid, bytes) else str(jid)))
+            pipe.execute()
+    return int(applied)
 
 
 class Fetched(NamedTuple):
@@ -352,13 +365,13 @@ def ack(
     removed, counted = script("ack")(
         client,
         [
-            inflight_key,
+            inflight_key or keys.absent(),
             keys.RECOVERIES,
             keys.STAT_PROCESSED,
             keys.stat_processed_daily(today),
             keys.STAT_FAILED,
             keys.stat_failed_daily(today),
-            token_key,
+            token_key or keys.absent(),
         ],
         [processed, failed, daily_ttl_seconds, len(raws), *raws, *jids, token],
     )
@@ -370,7 +383,7 @@ def requeue(client: redis.Redis, *, inflight_key: str, jobs: Sequence[tuple[byte
     key: unconditionally); how many were put back."""
     reply = script("requeue")(
         client,
-        [inflight_key, keys.QUEUES, *[keys.queue(queue) for _, queue in jobs]],
+        [inflight_key or keys.absent(), keys.QUEUES, *[keys.queue(queue) for _, queue in jobs]],
         [*[raw for raw, _ in jobs], *[queue for _, queue in jobs]],
     )
     return int(reply)

@@ -1,5 +1,6 @@
 """Shards: more than one Redis, each a complete, independent engine (Sidekiq's answer to "one
-Redis is not enough"; Redis Cluster is out because the scripts touch keys in many slots).
+Redis is not enough"). A shard may itself be a Redis Cluster (``"REDIS_CLUSTER": True``): then its
+key names carry hash tags, ``jobsapp.keys``).
 
 ``JOBSAPP["SHARDS"]`` names the extra servers; the top-level connection settings are the shard
 named ``"default"``::
@@ -44,7 +45,7 @@ DEFAULT = "default"
 #: Keys that say where a shard's Redis is; a shard entry needs one of the first three, and does
 #: not inherit them from the top level (a shard silently pointing at the default server would
 #: be two names for one Redis).
-WHERE_KEYS = ("REDIS_URL", "REDIS_CACHE_ALIAS", "SENTINELS", "SENTINEL_SERVICE", "SENTINEL_OPTIONS")
+WHERE_KEYS = ("REDIS_URL", "REDIS_CACHE_ALIAS", "SENTINELS", "SENTINEL_SERVICE", "SENTINEL_OPTIONS", "REDIS_CLUSTER")
 #: Keys a shard entry may set; when it omits one, the top-level value applies.
 INHERITED_KEYS = ("REDIS_SOCKET_TIMEOUT_SECONDS", "ENQUEUE_REPLICAS", "ENQUEUE_REPLICAS_TIMEOUT_SECONDS")
 #: Routing: which queues and job classes (wire names) live on the shard.

@@ -1,5 +1,11 @@
 """Test fixtures: one throwaway redis-server for the whole run, emptied before every test.
 
+With ``JOBSAPP_TEST_REDIS_CLUSTER=1`` in the environment the run gets a throwaway three-master
+Redis Cluster instead (tests/redis_cluster.py), and the engine runs in cluster mode
+(``JOBSAPP["REDIS_CLUSTER"]``): ``.ci/run`` runs a slice of the suite that way. Tests that spell
+key names as Sidekiq's layout does, or need a single server, are marked ``standalone_only`` and
+skipped there.
+
 The engine is pointed at it through settings.JOBSAPP and $REDIS_URL (for worker subprocesses).
 PostgreSQL is used when $DATABASE_URL points at one; SQLite otherwise.
 
@@ -17,7 +23,11 @@ import pytest
 import redis as redis_lib
 
 from tests import workers
+from tests.redis_cluster import RedisClusterServers
 from tests.redis_server import RedisServer
+
+#: Set (to anything) to run the suite against a Redis Cluster in cluster mode.
+ON_CLUSTER = bool(os.environ.get("JOBSAPP_TEST_REDIS_CLUSTER"))
 
 #: Whole directories whose subject is database-backed: tracking (models, migrations, the
 #: PostgreSQL single-trip path) and the django.tasks backend's conformance suite.
@@ -53,6 +63,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if uses_database(item):
             item.add_marker(pytest.mark.database)
+        if ON_CLUSTER and item.get_closest_marker("standalone_only"):
+            item.add_marker(pytest.mark.skip(reason="needs a standalone Redis (Sidekiq's key names or one server)"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -61,22 +73,26 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
+def redis_server() -> Iterator[RedisServer | RedisClusterServers]:
+    server: RedisServer | RedisClusterServers = RedisClusterServers().start() if ON_CLUSTER else RedisServer().start()
     os.environ["REDIS_URL"] = server.url
     yield server
     server.stop()
 
 
 @pytest.fixture(autouse=True)
-def _engine_on_test_redis(redis_server: RedisServer, settings) -> Iterator[None]:
+def _engine_on_test_redis(redis_server: RedisServer | RedisClusterServers, settings) -> Iterator[None]:
     from jobsapp import connection, middleware, testing
 
-    settings.JOBSAPP = {**getattr(settings, "JOBSAPP", {}), "REDIS_URL": redis_server.url}
+    cluster = {"REDIS_CLUSTER": True} if ON_CLUSTER else {}
+    settings.JOBSAPP = {**getattr(settings, "JOBSAPP", {}), "REDIS_URL": redis_server.url, **cluster}
     settings.REDIS_URL = redis_server.url
     connection.reset()
     middleware.reset_chains()
-    redis_server.client().flushall()
+    if isinstance(redis_server, RedisClusterServers):
+        redis_server.flushall()
+    else:
+        redis_server.client().flushall()
     yield
     testing.set_mode("disabled")
     testing.clear_all()
@@ -85,8 +101,11 @@ def _engine_on_test_redis(redis_server: RedisServer, settings) -> Iterator[None]
 
 
 @pytest.fixture
-def redis(redis_server: RedisServer) -> redis_lib.Redis:
-    """A raw client on the test server (bytes responses), for asserting on keys."""
+def redis(redis_server: RedisServer | RedisClusterServers) -> redis_lib.Redis:
+    """A raw client on the test server (bytes responses), for asserting on keys; on a cluster a
+    cluster client that puts the engine's hash tag on Sidekiq's plain key names."""
+    if isinstance(redis_server, RedisClusterServers):
+        return redis_server.tagged_client()  # type: ignore[return-value]
     return redis_server.client()
 
 

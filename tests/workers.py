@@ -71,7 +71,12 @@ class WorkerProcess:
         self.env = {**os.environ, "REDIS_URL": self.redis_url, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.start_timeout_seconds = start_timeout_seconds
         self.stop_timeout_seconds = stop_timeout_seconds
-        self.redis = redis.Redis.from_url(self.redis_url, decode_responses=True)
+        if os.environ.get("JOBSAPP_TEST_REDIS_CLUSTER"):  # the suite on a Redis Cluster (tests/conftest.py)
+            from tests.redis_cluster import tagged_client_from_url
+
+            self.redis = tagged_client_from_url(self.redis_url, decode_responses=True)
+        else:
+            self.redis = redis.Redis.from_url(self.redis_url, decode_responses=True)
         self.process: subprocess.Popen[bytes] | None = None
         self.identities: list[str] = []
         self._log = tempfile.NamedTemporaryFile(prefix="jobsapp-worker-", suffix=".log", delete=False)

@@ -7,11 +7,11 @@
 -- with redis.pcall: when Redis refuses them (full, and nothing was removed) the jobs are still
 -- out of flight and the reply says the counters were not added, so the caller sends them again.
 --
--- KEYS[1] -> in-flight LIST of this process ('' with basic fetch: nothing to remove)
+-- KEYS[1] -> in-flight LIST of this process (left out with basic fetch: nothing to remove)
 -- KEYS[2] -> recoveries HASH (jid -> times recovered)
 -- KEYS[3] -> stat:processed          KEYS[4] -> stat:processed:<UTC date>
 -- KEYS[5] -> stat:failed             KEYS[6] -> stat:failed:<UTC date>
--- KEYS[7] -> the process's last-ack token STRING ('' or absent: no duplicate check)
+-- KEYS[7] -> the process's last-ack token STRING (left out: no duplicate check)
 -- ARGV[1] -> processed to add        ARGV[2] -> failed to add
 -- ARGV[3] -> TTL of the daily counters, seconds
 -- ARGV[4] -> n, the number of jobs to acknowledge
@@ -24,17 +24,19 @@
 --            took one back), and 1 when the counters were added (or had been, for a resent
 --            batch), 0 when Redis refused the writes (out of memory): send the counts again
 -- cost    -> O(n * in-flight length) for LREM; the in-flight list is short (concurrency + batch)
+-- a KEYS entry left out is '' (standalone) or the hash tag alone, '{...}:' (cluster mode)
+local function given(key) return key ~= nil and key ~= '' and string.sub(key, -2) ~= '}:' end
 local processed = tonumber(ARGV[1])
 local failed = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
 local removed = 0
 local token = ARGV[5 + 2 * n]
-local checked = KEYS[7] and KEYS[7] ~= '' and token and token ~= ''
+local checked = given(KEYS[7]) and token and token ~= ''
 if checked and redis.call('GET', KEYS[7]) == token then
   return {0, 1}
 end
-if KEYS[1] ~= '' then
+if given(KEYS[1]) then
   for i = 1, n do
     removed = removed + redis.call('LREM', KEYS[1], -1, ARGV[4 + i])
   end

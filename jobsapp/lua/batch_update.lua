@@ -22,8 +22,8 @@
 -- KEYS[1] -> jobsapp:batch:<bid> HASH
 -- KEYS[2] -> jobsapp:batch:<bid>:failed SET
 -- KEYS[3] -> queues SET
--- KEYS[4] -> queue:<on_complete queue> LIST ('' when none)
--- KEYS[5] -> queue:<on_success queue> LIST ('' when none)
+-- KEYS[4] -> queue:<on_complete queue> LIST (left out when none)
+-- KEYS[5] -> queue:<on_success queue> LIST (left out when none)
 -- KEYS[6] -> jobsapp:batch:<bid>:succeeded SET
 -- ARGV[1] -> "succeeded", "failed", "close" (a jobs() block ended) or "withdrawn" (a refused push)
 -- ARGV[2] -> the job's jid ('' for close)
@@ -67,6 +67,8 @@ elseif redis.call('SISMEMBER', KEYS[6], ARGV[2]) == 0 then
     redis.call('HINCRBY', KEYS[1], 'pending', -1)
   end
 end
+-- a KEYS entry left out is '' (standalone) or the hash tag alone, '{...}:' (cluster mode)
+local function given(key) return key ~= nil and key ~= '' and string.sub(key, -2) ~= '}:' end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
@@ -76,7 +78,7 @@ local fired = {}
 
 local function push(kind, queue_key, jid)
   local class = redis.call('HGET', KEYS[1], 'on_' .. kind)
-  if not class or class == '' or queue_key == '' then return end
+  if not class or class == '' or not given(queue_key) then return end
   if redis.call('HSETNX', KEYS[1], kind .. '_fired', '1') == 0 then return end
   local queue = redis.call('HGET', KEYS[1], 'on_' .. kind .. '_queue')
   local counts = {

@@ -3,18 +3,20 @@
 -- fetched jobs that never started. A job no longer in flight (already filed in retry or
 -- acknowledged by its thread in the meantime) is skipped, so it is never in two places.
 --
--- KEYS[1]     -> in-flight LIST of this process ('' with basic fetch: push back unconditionally)
+-- KEYS[1]     -> in-flight LIST of this process (left out with basic fetch: push back unconditionally)
 -- KEYS[2]     -> queues SET
 -- KEYS[3..n]  -> the queue LIST of each job
 -- ARGV[1..m]  -> the raw jobs, in the same order as KEYS[3..n]
 -- ARGV[m+1..] -> the queue names, same order (re-added to the queues SET)
 -- returns     -> how many jobs were put back
 -- cost        -> O(jobs * in-flight length)
+-- a KEYS entry left out is '' (standalone) or the hash tag alone, '{...}:' (cluster mode)
+local function given(key) return key ~= nil and key ~= '' and string.sub(key, -2) ~= '}:' end
 local count = #KEYS - 2
 local requeued = 0
 for i = 1, count do
   local raw = ARGV[i]
-  if KEYS[1] == '' or redis.call('LREM', KEYS[1], -1, raw) > 0 then
+  if not given(KEYS[1]) or redis.call('LREM', KEYS[1], -1, raw) > 0 then
     redis.call('RPUSH', KEYS[2 + i], raw)
     redis.call('SADD', KEYS[2], ARGV[count + i])
     requeued = requeued + 1

@@ -4,23 +4,24 @@
 -- A TTL is clamped to 1 .. the longest TTL (a payload from another client may ask for 1e300
 -- seconds, which EXPIRE refuses: the whole batch would fail and its records stay "queued"). The
 -- index keeps at most the cap's number of finished records: past it, the ones closest to
--- expiring are deleted with their hashes (keys named from the prefix, all in this database).
+-- expiring leave the index and their jids are returned, so the caller deletes their hashes (a
+-- script touches only the keys it is given: a cluster, or a proxy, refuses any other). A hash
+-- whose delete never comes still expires with its TTL.
 --
 -- KEYS[1] -> jobsapp:results ZSET (finished jids scored by their record's expiry time)
 -- KEYS[2 .. n+1] -> jobsapp:result:<jid> HASH of each change, in order (a jid may come twice)
 -- ARGV[1] -> now, epoch seconds (index members that expired before it are trimmed)
 -- ARGV[2] -> the longest TTL, seconds
 -- ARGV[3] -> the most finished records kept (0: no cap)
--- ARGV[4] -> the records' key prefix ("jobsapp:result:"), for deleting the ones past the cap
 -- then, per change, in the order of KEYS: jid, TTL seconds, kind ("start" of an attempt,
 --   "finish" for a final outcome, "update" otherwise), m, then m field/value pairs
--- returns -> n, the number of changes applied
+-- returns -> {n, jid...}: the number of changes applied, then the jids trimmed past the cap
 -- cost    -> O(fields written + log(index size) per finish + members trimmed)
 local now = tonumber(ARGV[1])
 local longest = tonumber(ARGV[2])
 local most = tonumber(ARGV[3])
-local prefix = ARGV[4]
-local position = 5
+local position = 4
+local trimmed = {#KEYS - 1}
 local finished = false
 for index = 2, #KEYS do
   local key = KEYS[index]
@@ -61,10 +62,10 @@ if finished then
     local excess = redis.call('ZCARD', KEYS[1]) - most
     if excess > 0 then
       for _, jid in ipairs(redis.call('ZRANGE', KEYS[1], 0, excess - 1)) do
-        redis.call('DEL', prefix .. jid)
+        trimmed[#trimmed + 1] = jid
       end
       redis.call('ZREMRANGEBYRANK', KEYS[1], 0, excess - 1)
     end
   end
 end
-return #KEYS - 1
+return trimmed
