@@ -70,6 +70,8 @@ def call_every_script(identity: str = "host:1:0123456789ab") -> None:
     scripts.unique_push(None, lock_key=keys.unique_lock("d"), ttl_ms=1, jid="j", data="{}", queue="default", at=None)  # type: ignore[arg-type]
     scripts.unique_push(None, lock_key=keys.unique_lock("d"), ttl_ms=1, jid="j", data="{}", queue="default", at=5.0)  # type: ignore[arg-type]
     scripts.unique_release(None, digest="d", jid="j")  # type: ignore[arg-type]
+    scripts.relay_lock(None, token="t", ttl_seconds=1.0)  # type: ignore[arg-type]
+    scripts.relay_unlock(None, token="t")  # type: ignore[arg-type]
     permits = keys.limiter_permits(identity)
     scripts.limiter_concurrent(None, name="l", token="t", size=1, lock_timeout_seconds=1.0, permits_key=permits)  # type: ignore[arg-type]
     scripts.limiter_window(None, name="l", token="t", count=1, per_seconds=1.0)  # type: ignore[arg-type]
@@ -103,6 +105,7 @@ def call_every_script(identity: str = "host:1:0123456789ab") -> None:
             complete_jid="",
             success_jid="",
             ttl_seconds=1,
+            linger_seconds=1,
         )
     changes = [("j1", 1.0, "finish", {}), ("j2", 1.0, "start", {"a": "b"})]
     scripts.result_write(None, now=1.0, changes=changes, ttl_max_seconds=1, max_records=1)  # type: ignore[arg-type]
