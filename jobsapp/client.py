@@ -15,7 +15,16 @@ pipeline ends with ``WAIT N <timeout>``: the push returns only once N replicas h
 raises ReplicationTimeout (the job is enqueued, just not yet safe from a failover) otherwise.
 
 A bulk push prepares every item first, then writes ``batch_size`` jobs per pipeline (one round
-trip), one ``LPUSH`` per queue per batch. A refused connection, or Redis refusing writes (OOM at
+trip), one ``LPUSH`` per queue per batch.
+
+Where to look: ``_prepare`` turns one item into a ``_Prepared`` (its bytes, queue, run-at time
+and what its features write with it); ``_prepare_plain_bulk`` does it for a bulk push no
+middleware or feature can change (the options encoded once, each job's args and jid spliced in).
+Writing has one entry, ``_write``: one plain job goes out as ``_write_plain`` (two commands, no
+pipeline object); anything else is queued by ``_queue_writes`` (batch counts, result records,
+then the pushes) on one pipeline whose replies ``_Written`` reads back (a partial failure's
+count, the unique pushes refused), with ``_check_replicas`` for ``ENQUEUE_REPLICAS``.
+``_write_bulk`` calls ``_write`` once per ``batch_size`` slice. A refused connection, or Redis refusing writes (OOM at
 ``maxmemory``, READONLY after a failover, MISCONF), raises RedisUnavailable with the reason; a
 bulk push that fails midway may have written earlier batches, or part of the failing one (their
 jids were returned to no one, so the exception says how many were written).
@@ -112,8 +121,8 @@ def _shard_of(item: Item, job_class: type[Job] | None) -> str:
 
 
 def _write_plain(connection: redis.Redis, entry: _Prepared) -> None:
-    """Write one job with no unique lock, batch, result record or replicas to wait for: the same
-    commands as ``_write``'s pipeline (``SADD`` + ``LPUSH``, or ``ZADD``), sent in one write
+    """Write one job with no unique lock, batch, result record or replicas to wait for (``_is_plain``):
+    the same commands as ``_queue_writes`` (``SADD`` + ``LPUSH``, or ``ZADD``), sent in one write
     without building a pipeline (the push a web request makes most: ~12 us of CPU less)."""
     follow_sentinel_master(at_most_every_seconds=1.0)  # as _write
     if entry.at is None:
@@ -133,30 +142,79 @@ def _write_plain(connection: redis.Redis, entry: _Prepared) -> None:
         raise _WriteRefused(errors[0], written=0 if isinstance(pushed, Exception) or not int(pushed) else 1)
 
 
+def _is_plain(entry: _Prepared, shard: str) -> bool:
+    """Whether ``entry`` needs nothing but its own push: no unique lock, batch, result record, or
+    replicas to wait for."""
+    return entry.unique_lock is None and entry.batch is None and entry.record is None and not shards.setting(shard, "ENQUEUE_REPLICAS")
+
+
 def _write(connection: redis.Redis, prepared: list[_Prepared], *, shard: str = shards.DEFAULT) -> set[str]:
-    """Write the jobs in one pipeline; the jids of unique jobs refused because their lock is held."""
-    if len(prepared) == 1:
-        entry = prepared[0]
-        if entry.unique_lock is None and entry.batch is None and entry.record is None and not shards.setting(shard, "ENQUEUE_REPLICAS"):
-            _write_plain(connection, entry)
-            return set()
-    by_queue: dict[str, list[bytes]] = defaultdict(list)
-    scheduled: dict[bytes, float] = {}
-    unique_entries: list[_Prepared] = []
-    for entry in prepared:
-        if entry.unique_lock is not None:
-            unique_entries.append(entry)
-        elif entry.at is None:
-            by_queue[entry.queue].append(entry.data)
-        else:
-            scheduled[entry.data] = entry.at
+    """Write the jobs in one round trip; the jids of unique jobs refused because their lock is held.
+
+    One plain job goes through ``_write_plain`` (no pipeline object). Any other list is queued on
+    one pipeline by ``_queue_writes`` (a MULTI when a batch counts the jobs, so they are counted
+    before they can run), followed by ``WAIT`` when the shard asks for replicas; the replies are
+    then read back through the ``_Written`` layout it returned. Raises ``_WriteRefused`` on an
+    error reply, ReplicationTimeout when too few replicas confirmed."""
+    if len(prepared) == 1 and _is_plain(prepared[0], shard):
+        _write_plain(connection, prepared[0])
+        return set()
     follow_sentinel_master(at_most_every_seconds=1.0)  # so a partitioned old master is left within a second
+    pipe = connection.pipeline(transaction=any(entry.batch is not None for entry in prepared))
+    written = _queue_writes(pipe, prepared)
+    replicas_required = int(shards.setting(shard, "ENQUEUE_REPLICAS") or 0)
+    if replicas_required:
+        timeout_seconds = float(shards.setting(shard, "ENQUEUE_REPLICAS_TIMEOUT_SECONDS"))
+        pipe.wait(replicas_required, max(1, int(timeout_seconds * 1000)))
+    replies = pipe.execute(raise_on_error=False)
+    written.raise_for_errors(replies)
+    if replicas_required:
+        _check_replicas(connection, int(replies[-1]), replicas_required, jids=[entry.jid for entry in prepared], shard=shard)
+    return written.refused_unique(connection, replies)
+
+
+class _Written:
+    """Where a pipeline of pushes answers: which replies count jobs written (for a partial
+    failure), and which are the unique pushes (refused when their lock is held)."""
+
+    __slots__ = ("pushes", "unique_entries", "unique_from")
+
+    def __init__(self) -> None:
+        self.pushes: list[tuple[int, int]] = []  # (reply index, jobs that command writes)
+        self.unique_entries: list[_Prepared] = []
+        self.unique_from = 0  # the reply index of the first unique push
+
+    def raise_for_errors(self, replies: list[Any]) -> None:
+        """An error reply (OOM, READONLY, ...): ``_WriteRefused`` saying how many jobs the
+        pipeline still wrote."""
+        errors = [reply for reply in replies if isinstance(reply, Exception)]
+        if errors:
+            written = sum(jobs for index, jobs in self.pushes if not isinstance(replies[index], Exception) and int(replies[index]))
+            raise _WriteRefused(errors[0], written=written)
+
+    def refused_unique(self, connection: redis.Redis, replies: list[Any]) -> set[str]:
+        """The jids of the unique pushes refused (their lock is held); a refused job counted in a
+        batch with its push is withdrawn from it."""
+        if not self.unique_entries:
+            return set()
+        pushed = replies[self.unique_from : self.unique_from + len(self.unique_entries)]
+        entries = self.unique_entries
+        refused = {entry.jid for entry, reply in zip(entries, pushed, strict=True) if not scripts.unique_push_reply(reply)}
+        for entry in entries:
+            if entry.batch is not None and entry.jid in refused:  # counted in its batch, never pushed
+                job_batch.withdraw(connection, entry.batch)
+        return refused
+
+
+def _queue_writes(pipe: redis.client.Pipeline, prepared: list[_Prepared]) -> _Written:
+    """Queue every write of these jobs on ``pipe``, in the order that keeps a worker from seeing
+    a job before its bookkeeping: batch counts, result records, then the pushes (one ``LPUSH`` per
+    queue, one ``ZADD`` for the scheduled, one ``unique_push.lua`` per unique job)."""
+    written = _Written()
     batched: dict[str, int] = {}
     for entry in prepared:
         if entry.batch is not None:
             batched[entry.batch] = batched.get(entry.batch, 0) + 1
-    # a batch's count and its jobs go in one MULTI: counted before the jobs can run and finish
-    pipe = connection.pipeline(transaction=bool(batched))
     for bid, count in batched.items():
         job_batch.count_pushed(pipe, bid, count)
     for entry in prepared:
@@ -165,50 +223,48 @@ def _write(connection: redis.Redis, prepared: list[_Prepared], *, shard: str = s
         if entry.record is not None and entry.unique_lock is None:
             fields, retain = entry.record
             results.add_pushed(pipe, entry.jid, fields, retain=retain, scheduled_at=entry.at)
-    pushes: list[tuple[int, int]] = []  # (reply index, jobs that command writes): for a partial failure
+    by_queue: dict[str, list[bytes]] = defaultdict(list)
+    scheduled: dict[bytes, float] = {}
+    for entry in prepared:
+        if entry.unique_lock is not None:
+            written.unique_entries.append(entry)
+        elif entry.at is None:
+            by_queue[entry.queue].append(entry.data)
+        else:
+            scheduled[entry.data] = entry.at
     if by_queue:
         pipe.sadd(keys.QUEUES, *by_queue)
         for queue, payloads in by_queue.items():
-            pushes.append((len(pipe), len(payloads)))
+            written.pushes.append((len(pipe), len(payloads)))
             pipe.lpush(keys.queue(queue), *payloads)
     if scheduled:
-        pushes.append((len(pipe), len(scheduled)))
+        written.pushes.append((len(pipe), len(scheduled)))
         pipe.zadd(keys.SCHEDULE, scheduled)
-    unique_replies_from = len(pipe)
-    for entry in unique_entries:
+    written.unique_from = len(pipe)
+    for entry in written.unique_entries:
         lock = entry.unique_lock
         if lock is not None:  # always: that is how it got into unique_entries
+            written.pushes.append((len(pipe), 1))
             unique.push_in(pipe, lock, jid=entry.jid, data=entry.data, queue=entry.queue, at=entry.at)
-    replicas_required = int(shards.setting(shard, "ENQUEUE_REPLICAS") or 0)
-    if replicas_required:
-        timeout_seconds = float(shards.setting(shard, "ENQUEUE_REPLICAS_TIMEOUT_SECONDS"))
-        pipe.wait(replicas_required, max(1, int(timeout_seconds * 1000)))
-    pushes.extend((unique_replies_from + index, 1) for index in range(len(unique_entries)))
-    replies = pipe.execute(raise_on_error=False)
-    errors = [reply for reply in replies if isinstance(reply, Exception)]
-    if errors:  # an error reply (OOM, READONLY, ...): say how many jobs the pipeline still wrote
-        written = sum(jobs for index, jobs in pushes if not isinstance(replies[index], Exception) and int(replies[index]))
-        raise _WriteRefused(errors[0], written=written)
-    if replicas_required and int(replies[-1]) < replicas_required:
-        # A master its replicas no longer follow may be one Sentinel has replaced (after a
-        # partition): drop the idle connections, so the next push asks again where the master is.
-        connection.connection_pool.disconnect(inuse_connections=False)
-        raise ReplicationTimeout(
-            f"{len(prepared)} job(s) written to the master at {describe(shard)}, but {int(replies[-1])} of the "
-            f"{replicas_required} replicas required by ENQUEUE_REPLICAS confirmed within {timeout_seconds:g} s: "
-            "they are enqueued, and would be lost only if the master died now",
-            jids=[entry.jid for entry in prepared],
-            replicas_acknowledged=int(replies[-1]),
-            replicas_required=replicas_required,
-        )
-    if not unique_entries:
-        return set()
-    pushed = replies[unique_replies_from : unique_replies_from + len(unique_entries)]
-    refused = {entry.jid for entry, reply in zip(unique_entries, pushed, strict=True) if not scripts.unique_push_reply(reply)}
-    for entry in unique_entries:
-        if entry.batch is not None and entry.jid in refused:  # counted in its batch, never pushed
-            job_batch.withdraw(connection, entry.batch)
-    return refused
+    return written
+
+
+def _check_replicas(connection: redis.Redis, acknowledged: int, required: int, *, jids: list[str], shard: str) -> None:
+    """ReplicationTimeout when fewer than ``required`` replicas confirmed the write (``WAIT``)."""
+    if acknowledged >= required:
+        return
+    # A master its replicas no longer follow may be one Sentinel has replaced (after a
+    # partition): drop the idle connections, so the next push asks again where the master is.
+    connection.connection_pool.disconnect(inuse_connections=False)
+    timeout_seconds = float(shards.setting(shard, "ENQUEUE_REPLICAS_TIMEOUT_SECONDS"))
+    raise ReplicationTimeout(
+        f"{len(jids)} job(s) written to the master at {describe(shard)}, but {acknowledged} of the "
+        f"{required} replicas required by ENQUEUE_REPLICAS confirmed within {timeout_seconds:g} s: "
+        "they are enqueued, and would be lost only if the master died now",
+        jids=jids,
+        replicas_acknowledged=acknowledged,
+        replicas_required=required,
+    )
 
 
 class _WriteRefused(Exception):  # internal: always turned into the error the caller sees
