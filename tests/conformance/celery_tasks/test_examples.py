@@ -1,5 +1,5 @@
-"""Celery's own examples (examples/tutorial, examples/next-steps, examples/django; UPSTREAM.md),
-imports changed only, run by a real runworkers on a real Redis; the values asserted are those the
+"""Celery's own examples (examples/tutorial, examples/next-steps, examples/django), from the pinned
+Celery sdist with imports changed only (ported_examples.py), run by a real runworkers on a real Redis; the values asserted are those the
 Celery documentation gives for them (docs/getting-started/first-steps-with-celery.rst,
 next-steps.rst, examples/django/README.rst).
 
@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -26,9 +25,10 @@ import pytest
 from jobsapp import registry
 from jobsapp.celery import chain, chord, group
 from jobsapp.celery.task import _tasks as defined_tasks
+from tests.conformance.celery_tasks.ported_examples import examples_dir
 from tests.workers import ROOT_DIR, WorkerProcess, wait_until
 
-EXAMPLES = Path(__file__).resolve().parent / "examples"
+EXAMPLES = examples_dir()
 SETTINGS = "tests.conformance.celery_tasks.settings"
 #: The docs' get(timeout=1) waits, made generous: the machine may be busy; a hang still fails.
 TIMEOUT = 15

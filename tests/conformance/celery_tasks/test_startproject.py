@@ -1,4 +1,4 @@
-"""A fresh ``django-admin startproject`` with Celery's Django example app (examples/django:
+"""A fresh ``django-admin startproject`` with Celery's Django example app (examples/django of the pinned sdist:
 ``proj/__init__.py``, ``proj/celery.py``, ``demoapp/``), its imports changed only, set up as the
 example's README says (``demoapp`` in ``INSTALLED_APPS``) plus the README's minimal jobsapp setup,
 running its tasks under a real ``runworkers`` on a throwaway Redis.
@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conformance.celery_tasks.ported_examples import examples_dir
 from tests.redis_server import RedisServer
 from tests.workers import ROOT_DIR
 
-EXAMPLE = Path(__file__).resolve().parent / "examples" / "django"
+EXAMPLE = examples_dir() / "django"
 pytestmark = pytest.mark.slow
 
 
