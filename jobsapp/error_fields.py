@@ -4,7 +4,12 @@
 
 Sidekiq 6+ stores a failed job's backtrace as base64 (Ruby's ``encode64``: 60-column lines) of
 zlib-deflated compact JSON, an array of Ruby-style lines (``path:line:in `name'``); Sidekiq before
-6 stored the plain JSON array. Reading is bounded: a hostile entry of a megabyte could otherwise
+6 stored the plain JSON array. A Python job whose payload has no ``backtrace`` option gets a
+compact one (Sidekiq would store none): its innermost ``DEFAULT_BACKTRACE_FRAMES`` frames, each
+line cut to ``BACKTRACE_LINE_MAX_CHARS`` (keeping its end: file, line, function), so the
+dashboard's failed-job page shows where it failed for a few hundred bytes per failure
+(docs/benchmarks.md). Frames are read from the traceback's frames, never from source files.
+Reading is bounded: a hostile entry of a megabyte could otherwise
 inflate to a gigabyte in every page that lists it, so inflating past
 ``BACKTRACE_MAX_INFLATED_BYTES`` is refused. Nothing is ever unmarshalled or evaluated.
 
@@ -23,6 +28,10 @@ from .payload import compact_json, parse_json
 
 #: The most a stored backtrace may inflate to when read.
 BACKTRACE_MAX_INFLATED_BYTES = 1_000_000
+#: How many frames (innermost first) a failure stores when its payload has no ``backtrace`` option.
+DEFAULT_BACKTRACE_FRAMES = 20
+#: The longest line of a default backtrace; a longer one keeps its end, after an ellipsis.
+BACKTRACE_LINE_MAX_CHARS = 300
 
 
 def safe_message(exception: BaseException) -> str:
@@ -44,11 +53,17 @@ class UnreadableBacktrace(ValueError):
     """A string ``error_backtrace`` that is not base64 of zlib-deflated JSON, or inflates too far."""
 
 
-def backtrace_lines(exception: BaseException) -> list[str]:
+def backtrace_lines(exception: BaseException, *, limit: int | None = None, line_max_chars: int | None = None) -> list[str]:
     """Ruby-style lines (``path:line:in `name'``), innermost first, so Sidekiq's Web UI shows them
-    as it would its own."""
-    frames = traceback.extract_tb(exception.__traceback__)
-    return [f"{frame.filename}:{frame.lineno}:in `{frame.name}'" for frame in reversed(frames)]
+    as it would its own: the innermost ``limit`` frames (all when None), each line cut to
+    ``line_max_chars`` from the left (none when None)."""
+    frames = [(frame.f_code.co_filename, line, frame.f_code.co_name) for frame, line in traceback.walk_tb(exception.__traceback__)]
+    if limit is not None:
+        frames = frames[-limit:] if limit > 0 else []
+    lines = [f"{filename}:{line}:in `{name}'" for filename, line, name in reversed(frames)]
+    if line_max_chars is not None:
+        lines = [line if len(line) <= line_max_chars else "…" + line[len(line) - line_max_chars + 1 :] for line in lines]
+    return lines
 
 
 def compress_backtrace(lines: list[str]) -> str:

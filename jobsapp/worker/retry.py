@@ -5,9 +5,12 @@ Sidekiq's rules and fields (docs/payload.md), decided here and written in one at
 
 - ``retry: false``: no retry and no dead set (the job is just acknowledged and counted failed);
 - otherwise the payload gets ``error_message``, ``error_class``, ``failed_at`` (first failure) or
-  ``retried_at`` and ``retry_count`` (0 after the first failure), ``error_backtrace`` when the
-  ``backtrace`` option asks (zlib-deflated JSON array, base64 as Ruby's ``encode64``), and moves
-  to ``retry_queue`` if one is set;
+  ``retried_at`` and ``retry_count`` (0 after the first failure), ``error_backtrace``
+  (zlib-deflated JSON array, base64 as Ruby's ``encode64``) as the ``backtrace`` option asks:
+  none for ``false``, every frame for ``true``, the innermost N for N, and, when the payload has
+  no ``backtrace`` (Sidekiq would store none), a compact default (``error_fields``; none for an
+  error that was never raised: an unknown class, a poison job); it moves to
+  ``retry_queue`` if one is set;
 - while ``retry_count`` < the limit (``retry: true`` -> 25, or the number given) it goes to the
   retry set at now + delay: the job's ``sidekiq_retry_in`` if it returns a number, else Sidekiq's
   ``count**4 + 15 + rand(10) * (count + 1)`` seconds; ``sidekiq_retry_in`` may also say
@@ -35,7 +38,14 @@ from django.utils.module_loading import import_string
 from .. import faults, keys, scripts
 from ..backoff import call_with_retry
 from ..conf import jobs_settings
-from ..error_fields import backtrace_lines, compress_backtrace, exception_class_name, safe_message
+from ..error_fields import (
+    BACKTRACE_LINE_MAX_CHARS,
+    DEFAULT_BACKTRACE_FRAMES,
+    backtrace_lines,
+    compress_backtrace,
+    exception_class_name,
+    safe_message,
+)
 from ..outcomes import DeadReason, OutcomeKind
 from ..payload import RECOVERED_KEY, Item, compact_json, now
 
@@ -116,12 +126,13 @@ def with_error_fields(item: Item, exception: BaseException, timestamp: float) ->
     else:
         failed["failed_at"] = timestamp
         failed["retry_count"] = 0
-    backtrace = failed.get("backtrace")
-    if backtrace:
-        lines = backtrace_lines(exception)
-        if backtrace is not True and _is_whole_number(backtrace):
-            lines = lines[: max(backtrace, 0)]
-        failed["error_backtrace"] = compress_backtrace(lines)
+    if "backtrace" not in failed:  # a Python job's default: compact and bounded
+        lines = backtrace_lines(exception, limit=DEFAULT_BACKTRACE_FRAMES, line_max_chars=BACKTRACE_LINE_MAX_CHARS)
+        if lines:  # none for an error that was never raised (an unknown class, poison): nothing ran
+            failed["error_backtrace"] = compress_backtrace(lines)
+    elif backtrace := failed["backtrace"]:  # Sidekiq's option: true for all, N for the innermost N
+        frames = max(backtrace, 0) if backtrace is not True and _is_whole_number(backtrace) else None
+        failed["error_backtrace"] = compress_backtrace(backtrace_lines(exception, limit=frames))
     if isinstance(failed.get("retry_queue"), str) and failed["retry_queue"]:
         failed["queue"] = failed["retry_queue"]
     return failed

@@ -162,6 +162,40 @@ def test_a_job_page_says_how_many_seconds_ago_it_was_enqueued(staff, redis):
     assert re.search(r">1[2-9] s ago</time>", page) and "0\xa0minutes" not in page, page
 
 
+def test_a_failed_python_jobs_page_shows_its_backtrace_by_default(staff, redis):
+    import re
+
+    from jobsapp.payload import decode
+    from jobsapp.worker.fetch import UnitOfWork
+    from jobsapp.worker.retry import RetryPolicy
+    from tests.testapp.jobs import ExplodeToDead
+
+    # Given a job pushed without any backtrace option, whose perform raised in a worker (to the dead set)
+    jid = ExplodeToDead.perform_async()
+    inflight = "jobsapp:inflight:dashboard-test"
+    raw = redis.lmove(keys.queue("default"), inflight, "RIGHT", "LEFT")
+    try:
+        ExplodeToDead().perform()
+    except RuntimeError as exc:
+        RetryPolicy(connection.get_redis(), inflight).handle(UnitOfWork(raw, "default"), decode(raw), ExplodeToDead, exc)
+    assert redis.zcard("dead") == 1
+    # When its page is shown
+    page = staff.get(reverse("jobsapp:job", args=[jid])).content.decode()
+    # Then it shows where it failed: the job's perform, innermost first
+    backtrace = page.split('<pre class="backtrace">', 1)[1].split("</pre>", 1)[0]
+    assert re.search(r"tests/testapp/jobs\.py:\d+:in `perform&#x27;$", backtrace.splitlines()[0]), backtrace
+
+
+def test_a_failed_jobs_page_without_a_backtrace_says_how_to_get_one(staff, redis):
+    # Given a failed job pushed with backtrace=False
+    job = {"class": "X", "args": [], "queue": "default", "jid": "abcdefabcdefabcdefabcdef", "backtrace": False}
+    job |= {"error_class": "RuntimeError", "error_message": "no", "failed_at": time.time(), "retry_count": 0}
+    redis.zadd("dead", {json.dumps(job): time.time()})
+    # When its page is shown, Then it says why there is none and how to get one
+    page = staff.get(reverse("jobsapp:job", args=[job["jid"]])).content.decode()
+    assert "No backtrace" in page and "backtrace=True" in page
+
+
 # --- pages --------------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from jobsapp import client, ending, middleware
 from jobsapp.connection import get_redis
-from jobsapp.error_fields import compress_backtrace, decompress_backtrace
+from jobsapp.error_fields import BACKTRACE_LINE_MAX_CHARS, DEFAULT_BACKTRACE_FRAMES, compress_backtrace, decompress_backtrace
 from jobsapp.middleware import ServerMiddleware
 from jobsapp.payload import decode
 from jobsapp.worker.fetch import UnitOfWork
@@ -145,3 +145,55 @@ def test_failures_outside_perform_or_with_broken_messages_are_filed_like_any_fai
     retried = json.loads(redis.zrange("retry", 0, -1)[0])
     assert retried["error_class"] == error_class and retried["error_message"]
     assert redis.llen(INFLIGHT) == 0
+
+
+def fail_deep(depth: int, *, filename: str = __file__) -> BaseException:
+    """An exception raised ``depth`` calls deep (in a module named ``filename``)."""
+    namespace: dict = {}
+    exec(compile("def dive(n):\n    if n == 0:\n        raise KeyError('row 42')\n    dive(n - 1)\n", filename, "exec"), namespace)
+    try:
+        namespace["dive"](depth)
+    except KeyError as exc:
+        return exc
+    raise AssertionError("dive did not raise")
+
+
+def filed_backtrace(redis, in_flight, exception, **options) -> list[str] | None:
+    unit, item = in_flight({"class": Explode.wire_name(), "args": [], **options})
+    RetryPolicy(get_redis(), INFLIGHT, rng=random.Random(1)).handle(unit, item, Explode, exception)
+    (member,) = redis.zrange("retry", 0, -1)
+    redis.delete("retry")
+    encoded = json.loads(member).get("error_backtrace")
+    return None if encoded is None else decompress_backtrace(encoded)
+
+
+def test_a_python_job_without_the_option_gets_a_compact_backtrace(redis, in_flight):
+    # Given a job pushed without a backtrace option, failing 60 calls deep in a long-named module
+    long_name = "/srv/" + "deep/" * 80 + "rows.py"
+    exception = fail_deep(60, filename=long_name)
+    # When it is filed for a retry
+    lines = filed_backtrace(redis, in_flight, exception)
+    # Then it carries Sidekiq's encoding of its innermost 20 frames, innermost first, each line
+    # bounded and keeping its end (file, line, function)
+    assert lines is not None and len(lines) == DEFAULT_BACKTRACE_FRAMES
+    assert lines[0].endswith("rows.py:3:in `dive'") and lines[0].startswith("…")
+    assert all(len(line) <= BACKTRACE_LINE_MAX_CHARS for line in lines)
+
+
+def test_the_backtrace_option_keeps_sidekiqs_meaning(redis, in_flight):
+    exception = fail_deep(60)
+    # false: none; true: every frame, whole lines; N: the innermost N
+    assert filed_backtrace(redis, in_flight, exception, backtrace=False) is None
+    every = filed_backtrace(redis, in_flight, exception, backtrace=True)
+    assert every is not None and len(every) == 61 + 1  # dive x 61 and this module's fail_deep
+    assert filed_backtrace(redis, in_flight, exception, backtrace=3) == every[:3]
+    assert filed_backtrace(redis, in_flight, exception, backtrace=0) is None
+
+
+def test_an_error_never_raised_gets_no_default_backtrace(redis, in_flight):
+    from jobsapp.errors import UnknownJobClass
+
+    # Given an unknown class's error, made by the worker, never raised (no frame of the job ran)
+    lines = filed_backtrace(redis, in_flight, UnknownJobClass("'HardWorker' is not a registered job class"))
+    # Then the job carries no backtrace, as Sidekiq would file it
+    assert lines is None
