@@ -179,3 +179,47 @@ def test_materialize_writes_a_tree_once_per_content(tmp_path: Path) -> None:
     assert first == again != changed
     assert (first / "pkg" / "tasks.py").read_text() == "x = 1\n"
     assert (changed / "pkg" / "tasks.py").read_text() == "x = 2\n"
+
+
+RST = """Intro.
+
+.. code-block:: python
+    :emphasize-lines: 1
+
+    @app.task
+    def add(x, y):
+        return x + y
+
+A console session::
+
+    >>> add.delay(2, 2)
+    >>> def f():
+    ...     return 1
+    4
+
+End.
+"""
+
+
+def test_code_blocks_are_taken_by_number_and_checked() -> None:
+    # Given a document with a directive block and a console block
+    blocks = upstream.code_blocks(RST)
+    assert blocks == ["@app.task\ndef add(x, y):\n    return x + y", ">>> add.delay(2, 2)\n>>> def f():\n...     return 1\n4"]
+    # When blocks are taken with their edits, Then they are code, output dropped
+    first = upstream.Block(0, "@app.task", [Substitution("def add(", "def add_2(")]).take(blocks, origin="guide.rst")
+    assert first == "@app.task\ndef add_2(x, y):\n    return x + y\n"
+    assert upstream.Block(1, ">>> add.delay(2, 2)", console=True).take(blocks, origin="g") == "add.delay(2, 2)\ndef f():\n    return 1\n"
+    assert upstream.Block(0, "@app.task", stop_before="return").take(blocks, origin="g") == "@app.task\ndef add(x, y):\n"
+    # and a block that moved is drift, not another block silently taken
+    with pytest.raises(upstream.PortDrift, match=r"block #1 starts '>>> add.delay\(2, 2\)'"):
+        upstream.Block(1, "@app.task").take(blocks, origin="guide.rst")
+
+
+def test_celery_imports_become_jobsapp_imports() -> None:
+    code = (
+        "import celery\nfrom celery import Task\nfrom celery.exceptions import Reject\n    from celery.app import task\nimport celeryish\n"
+    )
+    assert upstream.celery_imports_to_jobsapp(code) == (
+        "import jobsapp.celery as celery\nfrom jobsapp.celery import Task\nfrom jobsapp.celery.exceptions import Reject\n"
+        "    from jobsapp.celery.app import task\nimport celeryish\n"
+    )

@@ -31,6 +31,7 @@ import ast
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -282,6 +283,82 @@ def port_file(upstream_file: Path, destination: Path, edits: Sequence[Edit] = ()
     destination.parent.mkdir(parents=True, exist_ok=True)
     destination.write_text(text, encoding="utf-8")
     return destination
+
+
+_DIRECTIVE = re.compile(r"^(?P<indent>\s*)\.\. code-block::\s*(?P<language>\S*)")
+_OPTION = re.compile(r"^\s+:[\w-]+:")
+
+
+def code_blocks(rst: str) -> list[str]:
+    """The literal blocks of a reStructuredText document, in order, dedented: ``.. code-block::``
+    directives (any language) and paragraphs ending in ``::``. A port picks them by number
+    (``Block``), so the numbering is the document's own order of blocks."""
+    lines = rst.splitlines()
+    blocks: list[str] = []
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if not (_DIRECTIVE.match(line) or (line.rstrip().endswith("::") and not line.lstrip().startswith(".."))):
+            index += 1
+            continue
+        indent = len(line) - len(line.lstrip())
+        index += 1
+        while index < len(lines) and _OPTION.match(lines[index]):
+            index += 1
+        body: list[str] = []
+        while index < len(lines) and (not lines[index].strip() or len(lines[index]) - len(lines[index].lstrip()) > indent):
+            body.append(lines[index])
+            index += 1
+        code = textwrap.dedent("\n".join(body)).strip("\n")
+        if code:
+            blocks.append(code)
+    return blocks
+
+
+def console_to_code(block: str) -> str:
+    """A ``>>>`` console block as code: the prompts' statements, without the printed output."""
+    statements = [line[4:] for line in block.splitlines() if line.startswith((">>> ", "... ")) or line in (">>>", "...")]
+    return "\n".join(statements)
+
+
+@dataclass(frozen=True)
+class Block:
+    """Code block ``number`` of a document (``code_blocks``), which must start with ``first_line``
+    (else ``PortDrift``); ``console``: a ``>>>`` block taken as code; ``stop_before``: the block
+    is taken up to the line holding that text (a block that goes on with calls and output)."""
+
+    number: int
+    first_line: str
+    edits: Sequence[Edit] = ()
+    console: bool = False
+    stop_before: str | None = None
+
+    def take(self, blocks: Sequence[str], *, origin: str) -> str:
+        if self.number >= len(blocks):
+            raise PortDrift(f"{origin}: no code block #{self.number} (it has {len(blocks)})")
+        code = blocks[self.number]
+        if code.splitlines()[0].strip() != self.first_line.strip():
+            raise PortDrift(f"{origin}: code block #{self.number} starts {code.splitlines()[0]!r}, the port expects {self.first_line!r}")
+        if self.console:
+            code = console_to_code(code)
+        if self.stop_before is not None:
+            lines = code.splitlines()
+            cut = [number for number, line in enumerate(lines) if self.stop_before in line]
+            if not cut:
+                raise PortDrift(f"{origin}: code block #{self.number} has no line holding {self.stop_before!r}")
+            code = "\n".join(lines[: cut[0]])
+        return port(code, self.edits, origin=f"{origin} block #{self.number}").rstrip() + "\n"
+
+
+_CELERY_FROM_IMPORT = re.compile(r"^(?P<indent>[ \t]*)from celery(?P<module>[.\w]*) import", re.MULTILINE)
+_CELERY_IMPORT = re.compile(r"^(?P<indent>[ \t]*)import celery$", re.MULTILINE)
+
+
+def celery_imports_to_jobsapp(code: str) -> str:
+    """The change a user migrating from Celery makes: ``from celery... import`` becomes
+    ``from jobsapp.celery... import``, and ``import celery`` ``import jobsapp.celery as celery``."""
+    code = _CELERY_FROM_IMPORT.sub(r"\g<indent>from jobsapp.celery\g<module> import", code)
+    return _CELERY_IMPORT.sub(r"\g<indent>import jobsapp.celery as celery", code)
 
 
 def materialize(name: str, files: dict[str, str], *, cache: Path | None = None) -> Path:
