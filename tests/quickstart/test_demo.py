@@ -65,6 +65,9 @@ def test_demo_with_redis_url_runs_the_demo_and_leaves_that_redis_alone(demo_env,
 def test_demo_without_redis_url_starts_and_stops_its_own_redis(demo_env, tmp_path):
     result = run_demo(demo_env)
     assert re.search(r"^Done: .*: (\d+)/\1 settled \(100%\)", result.stdout, re.MULTILINE), result.stdout
+    # It printed no page URL and no login: with --once no web server runs to answer them
+    assert "http://" not in result.stdout and "log in" not in result.stdout, result.stdout
+    assert "no web server runs" in result.stdout
     port = int(re.search(r"throwaway redis-server on 127\.0\.0\.1:(\d+)", result.stderr).group(1))
     # Its redis-server is stopped and its temporary directory removed
     with pytest.raises(redis_lib.ConnectionError):
