@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobsapp.celery import AsyncResult, ChordError, GroupResult, Signature, TaskFailure, chain, chord, group
-from tests.conformance.celery.tasks import a_set, add, error_handler, exits, mul, old_style_errback, raising_task, tsum
+from tests.conformance.celery.ported import a_set, add, error_handler, exits, mul, old_style_errback, raising_task, tsum
 from tests.workers import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("worker")]

@@ -1,7 +1,8 @@
 """Settings of the worker processes the Celery conformance tests start: the test settings plus
-the app holding the ported tasks (autodiscovered ``tasks.py``)."""
+the package of the guides' tasks (ported.py; found on ``PYTHONPATH``, its ``tasks.py``
+autodiscovered)."""
 
 from tests.settings import *  # noqa: F403
 from tests.settings import INSTALLED_APPS
 
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.conformance.celery"]
+INSTALLED_APPS = [*INSTALLED_APPS, "celery_guides"]

@@ -12,7 +12,7 @@ import pytest
 from jobsapp.celery import group
 from jobsapp.celery import options as options_module
 from tests.conformance.celery.conftest import TIMEOUT
-from tests.conformance.celery.tasks import add, error_handler, mul
+from tests.conformance.celery.ported import add, error_handler, mul
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("worker")]
 

@@ -7,7 +7,7 @@ import pytest
 
 from jobsapp.celery import AsyncResult, ChordError, GroupResult, chain, chord, group, signature
 from tests.conformance.celery.conftest import TIMEOUT
-from tests.conformance.celery.tasks import (
+from tests.conformance.celery.ported import (
     add,
     fail,
     log_error,
