@@ -15,6 +15,22 @@ The TTL is what liveness means: a process that stops beating disappears after 60
 then may its in-flight jobs be recovered. A beat that fails (Redis away) is logged and retried
 on the next tick (logged once per outage, backoff.py); ``consecutive_beats`` lets the sweeper wait until every live process has had
 a chance to beat again after an outage.
+
+Fencing (reliable fetch): the heartbeat notices when this process may have been declared dead,
+and then calls ``on_fenced`` (the launcher stops the process's jobs and restarts it clean) and
+beats no more under this identity:
+
+- a gap: the heartbeat thread did not run for longer than the TTL (SIGSTOP, a frozen VM, a
+  machine swapping): another process's sweeper may have recovered the jobs meanwhile. Measured
+  between the end of one beat and the start of the next on the monotonic clock, so a Redis that
+  froze or went away (a beat that took long or failed) is not a gap: every process waited alike
+  and the sweepers wait for two beats before judging anyone;
+- its in-flight list taken: ``SADD jobsapp:inflight <identity>`` added it back, so a recovery
+  removed it (``recovery.recover_list`` drops the identity from that index once it has moved its
+  jobs). A beat that took longer than the TTL is followed by another at once, which sees it.
+
+An expired ``<identity>`` key alone is not taken as a death sentence: a Redis frozen past the TTL
+expires every process's key at once while no one is recovered (fault scenario 4).
 """
 
 from __future__ import annotations
@@ -78,6 +94,7 @@ class Heartbeat(PollingComponent):
         ttl_seconds: int,
         on_signal: Callable[[str], None],
         reliable: bool,
+        on_fenced: Callable[[str], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(clock=clock)
@@ -92,6 +109,11 @@ class Heartbeat(PollingComponent):
         self.reliable = reliable
         self.consecutive_beats = 0
         self._last_beat_monotonic: float | None = None
+        #: Called once, with the reason, when this process may have been declared dead (reliable fetch).
+        self.on_fenced = on_fenced
+        self.fenced = False
+        self._registered = False  # a beat went through: this identity is in the in-flight index
+        self._active_at: float | None = None  # when the last beat ended (succeeded or failed)
 
     def ready_to_judge(self) -> bool:
         """May this process call others dead? Only after two beats in a row, the last one recent:
@@ -110,9 +132,26 @@ class Heartbeat(PollingComponent):
         return self.interval_seconds  # a failed beat is retried on the next tick
 
     def poll(self) -> float:
+        if self.fenced:
+            return self.interval_seconds
+        started = self.clock.monotonic()
+        if self._active_at is not None and started - self._active_at > self.ttl_seconds:
+            self._fence(f"this process did not run for {started - self._active_at:.1f} s, past its heartbeat TTL of {self.ttl_seconds} s")
+            return self.interval_seconds
         follow_sentinel_master()  # with Sentinel: leave a replaced master within a beat
         self._beat()
+        if self.clock.monotonic() - started > self.ttl_seconds:  # stalled inside the beat: look again at once
+            return 0.0
         return self.interval_seconds
+
+    def _fence(self, reason: str) -> None:
+        """This process may have been declared dead: no more beats under this identity, and the
+        launcher is told (once). Only with reliable fetch: without an in-flight list no one
+        recovers this process's jobs."""
+        if self.fenced or not self.reliable or self.on_fenced is None:
+            return
+        self.fenced = True
+        self.on_fenced(reason)
 
     def beat(self) -> None:
         """One beat now (at start, when quieting, at shutdown); a failure is logged once per outage."""
@@ -126,6 +165,7 @@ class Heartbeat(PollingComponent):
     def _beat(self) -> None:
         busy = self.manager.busy()
         rtt_started = time.perf_counter()
+        index_position = -1
         try:
             self.client.ping()
             rtt_us = int((time.perf_counter() - rtt_started) * 1_000_000)
@@ -162,6 +202,7 @@ class Heartbeat(PollingComponent):
                     )
                     pipe.expire(key, self.ttl_seconds)
             if self.reliable:
+                index_position = len(pipe)
                 pipe.sadd(keys.INFLIGHT_INDEX, self.identity)
             durations = self.manager.durations.snapshot()
             if durations:
@@ -172,6 +213,12 @@ class Heartbeat(PollingComponent):
         except REDIS_ERRORS:
             self.consecutive_beats = 0  # the sweeper waits for two beats in a row again
             raise
+        finally:
+            self._active_at = self.clock.monotonic()
+        if index_position >= 0:
+            if self._registered and results[index_position] == 1:
+                self._fence("its in-flight list was recovered by another process")
+            self._registered = True
         beaten_at = self.clock.monotonic()
         if self._last_beat_monotonic is not None and beaten_at - self._last_beat_monotonic > 2 * self.interval_seconds:
             # Redis (or this process) stalled without an error (a frozen server, a long GC pause):

@@ -23,6 +23,13 @@ Shutdown order (TERM/INT, or TERM through ``<identity>-signals``):
 The timeouts watchdog's hard limit (``TIMEOUT_HARD_LIMIT_SECONDS``) runs the same order at once,
 as a second TERM would, after filing the stuck job, and exits with ``EXIT_HARD_LIMIT``.
 
+Fencing (``fence``, on the heartbeat thread) is the one exit that skips that order: a process
+that finds it was declared dead (heartbeat.py) interrupts its jobs (timeouts' lease expiry,
+async cancellation), leaves the process list, and exits with ``EXIT_FENCED`` (or restarts in
+place with ``-P 1``) without putting back, acknowledging or releasing anything: its jobs and
+its limiter slots belong to other processes now; what it took since it resumed stays in its
+in-flight list, recovered at once by the next process in its slot.
+
 With ``-P N`` the parent first does what every child would do on its way to its first job
 (``prepare_children``: middleware chains, Lua scripts, redis-py's package metadata), then the
 supervisor (supervisor.py) forks N children, each running ``run_child``: a
@@ -213,6 +220,13 @@ def check_redis(client: redis.Redis) -> None:
 #: The unused signals (supervisor.IGNORED_SIGNALS) by the names ``on_signal`` receives.
 IGNORED_SIGNAL_NAMES = {signal.Signals(signum).name.removeprefix("SIG"): signum for signum in IGNORED_SIGNALS}
 
+#: The exit code of a -P child that found it was declared dead (EX_TEMPFAIL): the supervisor restarts it.
+EXIT_FENCED = 75
+#: How long a fenced process gives its interrupted jobs (with a timeout, or async) to unwind before it exits.
+FENCE_GRACE_SECONDS = 0.2
+#: Set across a -P 1 restart in place to the identity the process had: the new image recovers its in-flight list at once.
+PREVIOUS_IDENTITY_ENVIRONMENT_KEY = "JOBSAPP_PREVIOUS_IDENTITY"
+
 #: What the timeouts watchdog sends this process when a job outlived the hard limit.
 HARD_LIMIT_SIGNAL = "HARD_LIMIT"
 #: The exit code of a process stopped by the hard limit (EX_SOFTWARE): the -P supervisor restarts it.
@@ -269,6 +283,8 @@ class WorkerProcess:
         self._pending_signals: deque[str] = deque()
         self.exit_code = 0  # EXIT_HARD_LIMIT after a job ignored JobTimeout past the hard limit
         self.stop_signalled = False  # TERM or INT arrived: the operator wants the process gone
+        #: Fenced with -P 1: execute the command line again (set by ``run``); a -P child exits instead.
+        self.restart_in_place_when_fenced = False
 
     # Signals arrive from the OS (handler in the main thread) or from the heartbeat thread
     # (through Redis). Both only append to a deque: a signal handler must never take a lock the
@@ -356,6 +372,10 @@ class WorkerProcess:
                 previous = claim_slot(client, hostname=self.hostname, slot_number=self.slot_number, identity=self.identity)
                 if previous:
                     recover_list(client, previous)
+                inherited = os.environ.get(PREVIOUS_IDENTITY_ENVIRONMENT_KEY)
+                if inherited and inherited != previous:  # this pid's previous image (-P 1 restarted in place): dead
+                    recover_list(client, inherited)
+                os.environ.pop(PREVIOUS_IDENTITY_ENVIRONMENT_KEY, None)
             except REDIS_ERRORS as exc:  # nothing was half-done: each recovery move is one atomic script
                 backoff.pause(exc, stop)
                 continue
@@ -443,6 +463,7 @@ class WorkerProcess:
             ttl_seconds=int(jobs_settings.PROCESS_TTL_SECONDS),
             on_signal=self.on_signal,
             reliable=reliable,
+            on_fenced=partial(self.fence, watchdog=watchdog, async_lane=async_lane, client=client),
             clock=self.clock,
         )
         scheduler = Scheduler(
@@ -529,6 +550,43 @@ class WorkerProcess:
             "stopped: %d jobs processed (%d failed), %d put back unfinished", manager.processed_total, manager.failed_total, requeued
         )
 
+    def fence(self, reason: str, *, watchdog: Watchdog, async_lane: aio.AsyncLane, client: redis.Redis) -> None:
+        """The heartbeat found this process declared dead (``reason``): other processes own its
+        jobs now, and the limiter slots they held were released for others. On the heartbeat
+        thread, at once: stop the jobs as a lease expiry would (``LeaseExpired`` in the sync jobs
+        running under a guard, the async jobs' coroutines cancelled), give them
+        ``FENCE_GRACE_SECONDS`` to unwind, then leave without putting back, acknowledging or
+        releasing anything (what it no longer holds is someone else's; what it took since is
+        recovered with its in-flight list by the next process in its slot, slots included) and
+        restart clean: a -P child exits with ``EXIT_FENCED`` and its supervisor starts a new one
+        in the slot; -P 1 executes its command line again. Never returns in a worker."""
+        interrupted = watchdog.expire_leases()  # first: every moment a job runs on is a moment over its limits
+        logger.error(
+            "process %s was declared dead (%s): its jobs are run by other processes now. Stopping its jobs and restarting "
+            "with a new identity; nothing it held is put back or released by it",
+            self.identity,
+            reason,
+        )
+        cancelled = async_lane.cancel_running()  # their threads park; nothing files them
+        if interrupted:
+            give_up_at = time.monotonic() + FENCE_GRACE_SECONDS
+            while watchdog.running() and time.monotonic() < give_up_at:
+                time.sleep(0.01)
+        try:
+            pipe = client.pipeline(transaction=False)  # leave the process list now (the keys of a dead identity)
+            pipe.srem(keys.PROCESSES, self.identity)
+            pipe.unlink(keys.process(self.identity), keys.workers(self.identity), keys.work(self.identity))
+            pipe.execute()
+        except CONNECTION_ERRORS as exc:  # they expire within the TTL
+            logger.warning("could not clear this process's keys (%s)", exc)
+        logger.error("fenced: %d sync jobs interrupted, %d async jobs cancelled; restarting", interrupted, cancelled)
+        if self.restart_in_place_when_fenced and not self.stop_asked():
+            restart_in_place(quiet=self.quiet_requested.is_set(), previous_identity=self.identity)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0 if self.stop_asked() else EXIT_FENCED)
+
     def _wait_for_running_jobs(self, manager: Manager, deadline: float) -> float:
         """Wait until no job runs or ``deadline``; a second TERM/INT ends the wait at once. Returns
         the deadline to hand to ``manager.stop`` (now, when hurried)."""
@@ -556,7 +614,7 @@ RESTARTS_ENVIRONMENT_KEY = "JOBSAPP_RESTARTED_IN_PLACE_AT"
 QUIET_ENVIRONMENT_KEY = "JOBSAPP_RESTARTED_QUIET"
 
 
-def restart_in_place(*, quiet: bool = False, clock: Clock = SYSTEM_CLOCK) -> None:
+def restart_in_place(*, quiet: bool = False, previous_identity: str = "", clock: Clock = SYSTEM_CLOCK) -> None:
     """Execute this process's own command line again (``-P 1`` after the hard limit): the same
     pid, a fresh interpreter without the stuck thread, quiet again when it was (``quiet``).
     Paced like the supervisor's restarts (the monotonic clock is the machine's, so it survives
@@ -572,6 +630,8 @@ def restart_in_place(*, quiet: bool = False, clock: Clock = SYSTEM_CLOCK) -> Non
     os.environ[RESTARTS_ENVIRONMENT_KEY] = ",".join(f"{moment:.3f}" for moment in history)
     if quiet:
         os.environ[QUIET_ENVIRONMENT_KEY] = "1"
+    if previous_identity:  # the new image recovers what this one left in flight, at once
+        os.environ[PREVIOUS_IDENTITY_ENVIRONMENT_KEY] = previous_identity
     logging.shutdown()  # flush every handler: the exec drops what is buffered
     sys.stdout.flush()
     sys.stderr.flush()
@@ -596,6 +656,7 @@ def run(options: WorkerOptions) -> int:
     if options.processes <= 1:
         process = WorkerProcess(options)
         process.install_signal_handlers()
+        process.restart_in_place_when_fenced = True
         if os.environ.pop(QUIET_ENVIRONMENT_KEY, "") == "1":  # restarted in place after TSTP: still quiet
             process.on_signal("TSTP")
         code = process.run()

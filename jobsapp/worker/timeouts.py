@@ -33,6 +33,12 @@ The watchdog then files it (the processor's ``on_stuck``: retry set with a ``Job
 so) and calls ``on_hard_limit`` once, which the launcher turns into an immediate stop of the
 process: its other in-flight jobs go back to the front of their queues, and the ``-P``
 supervisor starts a fresh process in its slot.
+
+Lease expiry (``expire_leases``): a process that finds it was declared dead (fencing, see
+heartbeat.py and launcher.py) raises ``LeaseExpired`` in every sync job running under a guard,
+through the same guarded ``PyThreadState_SetAsyncExc``, before it exits: another process owns
+those jobs now. Jobs without a ``timeout`` run under no guard (a guard costs about 4 us a job)
+and end with the process a moment later.
 """
 
 from __future__ import annotations
@@ -48,10 +54,20 @@ from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..component import Component
-from ..errors import JobTimeout
+from ..errors import JobsError, JobTimeout
 from ..options import TIMEOUT_KEY, positive_seconds, timeout_seconds
 
 logger = logging.getLogger("jobsapp.timeouts")
+
+
+class LeaseExpired(JobsError):
+    """Raised in a running job whose process was declared dead (its heartbeat expired and its
+    in-flight jobs were recovered by another process): the job belongs to another run now."""
+
+    DEFAULT_MESSAGE = "this worker process was declared dead: its jobs were recovered by another process"
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(args or (self.DEFAULT_MESSAGE,)))
 
 
 def raise_in_thread(thread_id: int, exception: type[BaseException] | None) -> None:
@@ -167,6 +183,19 @@ class Watchdog(Component):
             return result
 
         return guarded
+
+    def expire_leases(self) -> int:
+        """Raise ``LeaseExpired`` in every sync job running under a guard now (its process was
+        declared dead); how many. Each guard fires once: a job already past its timeout keeps
+        the JobTimeout it was given."""
+        with self._lock:
+            expired = 0
+            for guard in self._guards.values():
+                if guard.state is GuardState.RUNNING:
+                    guard.state = GuardState.FIRED
+                    self.interrupt(guard.thread_id, LeaseExpired)
+                    expired += 1
+            return expired
 
     def running(self) -> dict[int, tuple[float, GuardState]]:
         """thread id -> (timeout seconds, state) of the guarded performs running now."""
@@ -293,4 +322,14 @@ def default_watchdog() -> Watchdog:
         return _default
 
 
-__all__ = ["TIMEOUT_KEY", "Guard", "GuardState", "Watchdog", "default_watchdog", "positive_seconds", "raise_in_thread", "timeout_seconds"]
+__all__ = [
+    "TIMEOUT_KEY",
+    "Guard",
+    "GuardState",
+    "LeaseExpired",
+    "Watchdog",
+    "default_watchdog",
+    "positive_seconds",
+    "raise_in_thread",
+    "timeout_seconds",
+]

@@ -2,11 +2,14 @@
 so workers know them). Each records in the ledger Redis, like ``jobs.py``'s:
 
 - ``ledger:attempts`` / ``ledger:done`` HASH id -> times ``perform`` started / returned;
-- ``ledger:started_at`` / ``ledger:finished_at`` HASH id -> wall-clock time inside the limiter.
+- ``ledger:started_at`` / ``ledger:finished_at`` HASH id -> wall-clock time inside the limiter;
+- ``ledger:ticks`` LIST: each step of work inside scenario 20's limiter.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import time
 
@@ -66,4 +69,25 @@ class TimedOutInLimiterJob(Job):
         with TIMED:
             _spin(chance.uniform(0.0, 0.03))
         _spin(chance.uniform(0.0, 0.03))
+        ledger_client().hincrby(DONE, ledger_id, 1)
+
+
+#: Two slots across every process; waits in the job for a slot; locks that outlive the test (scenario 20).
+PAIR = limiter.concurrent("s20-pair", 2, lock_timeout=120, wait_timeout=60)
+#: Scenario 20: LIST of [ledger id, attempt, pid, epoch time], one per step of work inside PAIR.
+TICKS = "ledger:ticks"
+#: The length of one step of work inside PAIR.
+STEP_SECONDS = 0.05
+
+
+class PairLedgerJob(Job):
+    """Does ``steps`` steps of work (50 ms each) inside the two-slot limiter, recording each step:
+    a job paused mid-way does the steps it has left once it runs again."""
+
+    def perform(self, ledger_id, steps):
+        attempt = ledger_client().hincrby(ATTEMPTS, ledger_id, 1)
+        with PAIR:
+            for _ in range(steps):
+                ledger_client().rpush(TICKS, json.dumps([ledger_id, attempt, os.getpid(), time.time()]))
+                time.sleep(STEP_SECONDS)
         ledger_client().hincrby(DONE, ledger_id, 1)

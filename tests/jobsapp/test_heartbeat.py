@@ -102,3 +102,64 @@ def test_an_outage_is_logged_once_and_its_end_once_with_the_failed_beats(redis, 
     back = [record.getMessage() for record in caplog.records if "is back" in record.getMessage()]
     assert back == ["heartbeat: Redis is back after 3 failed attempts"]
     assert redis.sismember(keys.PROCESSES, process.identity)
+
+
+def fenced_heartbeat(clock: ManualClock) -> tuple[WorkerProcess, Heartbeat, list[str]]:
+    """A started heartbeat whose fencing is recorded (the launcher's would end the process)."""
+    process, components = built(clock)
+    reasons: list[str] = []
+    components.heartbeat.on_fenced = reasons.append
+    components.heartbeat.start()
+    clock.settle(1)
+    return process, components.heartbeat, reasons
+
+
+def test_a_process_that_did_not_run_for_longer_than_the_ttl_fences_itself_without_beating(redis):
+    # Given a beating process
+    clock = ManualClock()
+    process, heartbeat, reasons = fenced_heartbeat(clock)
+    try:
+        clock.advance_and_settle(heartbeat.interval_seconds)
+        assert reasons == []
+        last_beat = redis.hget(keys.process(process.identity), "beat")
+        # When its heartbeat thread does not run for longer than the TTL (SIGSTOP, a frozen VM)
+        clock.advance_and_settle(heartbeat.ttl_seconds + 1)
+        # Then it is fenced once, with the reason, and beats no more under this identity
+        assert len(reasons) == 1 and "did not run for 61.0 s, past its heartbeat TTL of 60 s" in reasons[0]
+        clock.advance_and_settle(heartbeat.interval_seconds)
+        assert redis.hget(keys.process(process.identity), "beat") == last_beat
+        assert len(reasons) == 1
+    finally:
+        heartbeat.stop()
+
+
+def test_a_process_whose_in_flight_list_was_recovered_fences_itself_at_its_next_beat(redis):
+    # Given a beating process
+    clock = ManualClock()
+    process, heartbeat, reasons = fenced_heartbeat(clock)
+    try:
+        # When another process's recovery takes its in-flight list (it leaves the in-flight index)
+        redis.srem(keys.INFLIGHT_INDEX, process.identity)
+        clock.advance_and_settle(heartbeat.interval_seconds)
+        # Then its next beat notices, and it is fenced
+        assert reasons == ["its in-flight list was recovered by another process"]
+    finally:
+        heartbeat.stop()
+
+
+def test_beats_that_fail_longer_than_the_ttl_are_no_reason_to_fence(redis):
+    # Given a beating process whose Redis then stops answering for longer than the TTL
+    clock = ManualClock()
+    process, heartbeat, reasons = fenced_heartbeat(clock)
+    try:
+        heartbeat.client = unreachable_redis()
+        for _ in range(int(heartbeat.ttl_seconds / heartbeat.interval_seconds) + 2):
+            clock.advance_and_settle(heartbeat.interval_seconds)
+        # When Redis answers again (no one recovered its list: every process waited alike)
+        heartbeat.client = get_redis()
+        clock.advance_and_settle(heartbeat.interval_seconds)
+        # Then it is not fenced, and beats again
+        assert reasons == []
+        assert float(redis.hget(keys.process(process.identity), "beat")) == clock.time()
+    finally:
+        heartbeat.stop()

@@ -118,6 +118,29 @@ def test_a_job_within_its_timeout_is_untouched_and_its_thread_stays_usable(redis
 
 
 @pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
+def test_expired_leases_interrupt_the_guarded_jobs_and_a_job_no_longer_in_flight_is_filed_nowhere(redis, watchdog):
+    # Given a job spinning 30 s under a 60 s timeout, in a processor thread
+    Spin.set(timeout=60).perform_async(30, "spun")
+    unit = take(redis)
+    processor = Processor(RetryPolicy(get_redis(), INFLIGHT), watchdog=watchdog)
+    outcome: list = []
+    thread = threading.Thread(target=lambda: outcome.append(processor.process(unit)))
+    thread.start()
+    wait_until(lambda: watchdog.running(), message="the job runs under its guard")
+    # and another process's recovery has taken it (it is no longer in this process's in-flight list)
+    redis.delete(INFLIGHT)
+    # When the leases expire (its process was declared dead)
+    assert watchdog.expire_leases() == 1
+    thread.join(10)
+    # Then the job stopped at once, never finished, and was filed nowhere: it is the other process's now
+    assert not thread.is_alive()
+    (result,) = outcome
+    assert result.failed and not result.acknowledge
+    assert redis.llen(RAN_KEY) == 0 and redis.zcard("retry") == 0 and redis.zcard("dead") == 0
+    assert watchdog.running() == {}
+
+
+@pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
 def test_a_timeout_firing_as_perform_returns_never_lands_in_the_engine(redis, watchdog):
     # Given many jobs whose timeout is about as long as they run (the watchdog races their end),
     # and jobs ending in a blocking C call that outlives the timeout (the exception is pending

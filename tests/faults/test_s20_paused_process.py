@@ -1,0 +1,129 @@
+"""Scenario 20: a worker paused past its heartbeat TTL comes back to find its jobs taken.
+
+The red-team case scaled down: SIGSTOP for 75 s past a 60 s heartbeat becomes a pause of
+``PAUSE_SECONDS`` past a 3 s TTL (``FAST_LIVENESS``). Given worker A (``-P 1``) running two jobs
+that work in 50 ms steps inside ``concurrent("s20-pair", 2)``, When A is SIGSTOPped, worker B
+starts, B's sweeper recovers A's jobs (releasing A's two slots) and B runs them and a fresh job
+in the freed slots, and A is then resumed (SIGCONT), Then A fences itself: its old runs do no
+more work, nothing it held is released by it, it restarts as a new identity (same pid) and the
+limit of 2 is never exceeded. Jobs run twice only as at-least-once requires: the two A was
+running when it was declared dead started again in B, and each finished once.
+
+Holders are measured from the jobs' own steps (``ledger:ticks``): a run holds a slot from its
+first step to its last. A's old runs are counted apart: the steps they take after the resume
+are work done without a slot. Each may take the one step it wakes into: SIGCONT wakes every
+thread of A at once, and a job thread that gets the interpreter before the heartbeat thread
+runs that step (a millisecond) before A fences itself; no step after that. Without fencing
+they take every step they have left (scenario 20's "guards against").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from jobsapp import keys
+from tests.faults.conftest import FAST_LIVENESS
+from tests.faults.jobs import ATTEMPTS, DONE
+from tests.faults.ledger import check
+from tests.faults.limiter_jobs import TICKS, PairLedgerJob
+from tests.workers import wait_until
+
+pytestmark = pytest.mark.slow
+
+#: How long A stays stopped: past its 3 s TTL plus a sweep, with time for B to take the jobs.
+PAUSE_SECONDS = 7.0
+#: Steps of 50 ms: A's jobs have work left when it resumes.
+STEPS = 100
+
+
+def most_holders_at_once(ticks: list[list]) -> int:
+    """The most runs (ledger id, attempt) whose first-to-last step spans overlap at one moment (a
+    run of one step holds at that moment)."""
+    spans: dict[tuple[str, int], list[float]] = {}
+    for ledger_id, attempt, _pid, moment in ticks:
+        span = spans.setdefault((ledger_id, attempt), [moment, moment])
+        span[0], span[1] = min(span[0], moment), max(span[1], moment)
+    events = sorted(
+        [(start, 1) for start, _ in spans.values()] + [(end, -1) for _, end in spans.values()], key=lambda event: (event[0], -event[1])
+    )
+    holders = most = 0
+    for _moment, change in events:
+        holders += change
+        most = max(most, holders)
+    return most
+
+
+def test_a_process_paused_past_its_ttl_fences_itself_and_the_limit_holds(redis, ledger, start_worker, measure):
+    # Given worker A running two jobs, each holding one of the limiter's two slots
+    paused = start_worker(["-P", "1", "-c", "2", "-t", "5"], overrides=FAST_LIVENESS)
+    first_identity = paused.identity
+    PairLedgerJob.perform_async("s20-a", STEPS)
+    PairLedgerJob.perform_async("s20-b", STEPS)
+    wait_until(lambda: ledger.llen(TICKS) >= 10 and ledger.hlen(ATTEMPTS) == 2, timeout_seconds=15, message="A's two jobs work")
+    # When A is paused past its heartbeat TTL
+    os.kill(paused.pid, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        # and worker B starts, with a fresh job waiting for a slot
+        start_worker(["-P", "1", "-c", "3", "-t", "5"], overrides=FAST_LIVENESS)
+        PairLedgerJob.perform_async("s20-fresh", STEPS // 2)
+        # and B's sweeper recovers A's jobs, whose slots go to B's runs
+        wait_until(lambda: int(ledger.hget(ATTEMPTS, "s20-a") or 0) + int(ledger.hget(ATTEMPTS, "s20-b") or 0) >= 3,
+                   timeout_seconds=PAUSE_SECONDS + 10, message="B took A's jobs over")  # fmt: skip
+        time.sleep(max(0.0, PAUSE_SECONDS - (time.monotonic() - stopped_at)))
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)  # And A is resumed
+    resumed_at = time.time()
+    # Then every job finishes
+    ids = ["s20-a", "s20-b", "s20-fresh"]
+    wait_until(lambda: all(ledger.hget(DONE, ledger_id) for ledger_id in ids), timeout_seconds=60, message="every job finished")
+    time.sleep(1.0)  # long enough for A's old runs to show any step they still took
+    ticks = [json.loads(raw) for raw in ledger.lrange(TICKS, 0, -1)]
+    old_runs = [tick for tick in ticks if tick[2] == paused.pid and tick[1] == 1]
+    stale = [tick for tick in old_runs if tick[3] > resumed_at]
+    legitimate = [tick for tick in ticks if tick not in stale]
+    holders = most_holders_at_once(legitimate)
+    # A's old runs after the resume as runs of their own (attempt 0), each working from the first
+    # of those steps to the last (they happen together, right at the resume): how many worked at once
+    window = (min(tick[3] for tick in stale), max(tick[3] for tick in stale)) if stale else ()
+    working = most_holders_at_once(legitimate + [[ledger_id, 0, pid, moment] for ledger_id, _attempt, pid, _ in stale for moment in window])
+    report = check(redis, ledger, ids)
+    attempts = {ledger_id: int(ledger.hget(ATTEMPTS, ledger_id)) for ledger_id in ids}
+    measure(
+        "20 process paused past its TTL",
+        pause_seconds=PAUSE_SECONDS,
+        over_admission=max(0, holders - 2),
+        old_runs_steps_after_resume=len(stale),
+        old_runs_seconds_after_resume=round(max((tick[3] for tick in stale), default=resumed_at) - resumed_at, 3),
+        most_working_at_once=working,
+        ran_twice=sum(1 for count in attempts.values() if count > 1),
+        finished_twice=report.duplicates,
+        lost=len(report.lost),
+    )
+    # And the limit of 2 held for every run that had a slot, and A's old runs took at most the
+    # one step each was woken into, then no more
+    assert holders <= 2
+    assert all(sum(1 for tick in stale if tick[0] == ledger_id) <= 1 for ledger_id in ("s20-a", "s20-b")), (
+        f"A's old runs took {len(stale)} steps after it resumed at {resumed_at:.3f}\n{paused.output[-2500:]}"
+    )
+    # And A fenced itself and came back as a new identity under the same pid
+    wait_until(lambda: "was declared dead" in paused.output, timeout_seconds=10, message="A logged that it was declared dead")
+
+    def registered_again() -> bool:
+        identities = paused.redis.smembers("processes") - {first_identity}
+        return any(paused.info(identity).get("pid") == paused.pid for identity in identities)
+
+    wait_until(registered_again, timeout_seconds=20, message="A registered again as a new identity")
+    assert paused.process.poll() is None
+    # And jobs ran twice only as at-least-once requires: A's two, started again by B, each finished once
+    report.assert_clean()
+    assert report.duplicates == 0
+    assert attempts == {"s20-a": 2, "s20-b": 2, "s20-fresh": 1}
+    # And no slot is left held
+    assert redis.zcard(keys.limiter_holders("s20-pair")) == 0
+    assert redis.llen(keys.inflight(first_identity)) == 0
