@@ -1,4 +1,4 @@
-"""Typing: Celery code as its docs write it (typing_sample.py) type-checks against jobsapp.celery
+"""Typing: Celery code in the forms its docs use (typing_sample.py) type-checks against jobsapp.celery
 at least as well as against celery-types, the reference stubs: mypy --strict runs over it twice,
 with its ``celery`` imports and with them changed to ``jobsapp.celery``, and every error of the
 second run (by line and error code) must be one the first run reports too."""
@@ -45,7 +45,7 @@ def _mypy_errors(directory: Path, text: str) -> dict[tuple[int, str], str]:
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_celery_types(), reason="mypy or celery-types is not installed (pip install -r requirements-dev.txt)")
 def test_the_docs_code_type_checks_against_jobsapp_as_against_celery_types(tmp_path):
-    # Given Celery code from its docs, with its imports
+    # Given Celery code in its docs' forms, with its imports
     text = SAMPLE.read_text()
     ported = re.sub(r"^from celery([ .])", r"from jobsapp.celery\1", text, flags=re.MULTILINE)
     assert "from celery" not in ported and ported.count("from jobsapp.celery") == text.count("from celery")

@@ -1,5 +1,6 @@
-"""Celery code as its documentation writes it (every decorator form of the tasks guide, the
-Django example's ``debug_task``, calls and results), type-checked twice by test_typing.py: with
+"""Celery code written here, annotated, in the forms Celery's documentation uses (every decorator
+form of the tasks guide, the Django example's ``debug_task``, calls and results; the bodies are
+ours), type-checked twice by test_typing.py: with
 these imports against celery-types' stubs, and with ``celery`` changed to ``jobsapp.celery``.
 jobsapp's errors must be a subset of celery-types'. Never imported at run time."""
 
