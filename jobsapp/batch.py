@@ -31,6 +31,9 @@ a duplicate report in that day is recognised and changes nothing; one arriving l
 batch and changes nothing either (``batch_update.lua`` answers -1). For jobs tracked in the database,
 ``Task.objects.launch(on_complete=..., on_success=...)`` is the same idea with progress and
 events.
+
+A job's end reaches its batch through the door's table (``jobsapp.ending``'s ``batches`` row:
+``job_finished``), whoever ended it: a worker, the sweeper, an operator's delete or kill.
 """
 
 from __future__ import annotations

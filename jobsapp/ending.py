@@ -1,62 +1,77 @@
-"""The one "job ended" door: every place that settles a job's fate calls ``finish`` once.
+"""The door through which every built-in feature hears a job: one table, one call per moment.
 
-A job's life ends in many ways: it succeeded; it failed and went to the retry set, the dead set
-or nowhere (``retry: false``, ``NoRetryError``, a ``discard``); it expired unrun; it stayed stuck
-past its timeout's hard limit; its class is unknown or its class name hostile; its payload is
-malformed; it killed its worker too often (poison); it was revoked before it started; an
-operator deleted it, or killed it, while it waited (``jobsapp.api``: the dashboard and the
-``jobs`` command act through it). Whoever files that fate (``processor``, ``recovery``, the
-operators' API, the Celery ``revoke``) then calls ``finish(client, item, fate, ...)`` once the
-filing succeeded, and the door tells each built-in feature the job carries, through one fixed
-table of ``(payload key -> hook)`` (``HOOKS``):
+A feature of the engine (results, periodic, unique, batches, expiry, timeouts, limits) is a row
+of ``FEATURES``: the payload key that says a job uses it (None: every job) and its hook at each
+moment of the job's life. The worker calls one function per moment, and each calls the hooks of
+the rows whose key the job carries, in table order:
 
-- ``retain`` (results): the record's outcome, ``retrying`` or ``failed`` with the reason
-  (``succeeded`` with the value is written by the run itself, ``Recorder.run``, before the door),
-  written first so a batch callback that reads a member's record finds it;
-- ``periodic``: the periodic entry's last outcome, for the dashboard;
-- ``unique_digest``: the unique lock is released when the job is done for good (any fate but
-  ``RETRIED``), whatever ``unique_until`` says (a "start" job that never started must not hold
-  its lock until it expires); a retried job keeps it. The release is guarded by the jid, so a
-  lock another push took since is never dropped;
-- ``bid`` (batches): the job's run is counted, succeeded (``SUCCEEDED``, and ``EXPIRED`` as
-  Sidekiq Pro counts it) or failed (everything else, a deleted job too, so its batch completes),
-  once per jid (``batch_update.lua``).
+- ``admit(client, item)``, when a job is fetched, before its class is looked up: a fate that
+  ends it unrun (expiry: past its ``expires_at``, logged and counted, ``EXPIRED``);
+- ``start(client, item)``, just before it runs: unique releases a ``unique_until="start"`` lock,
+  timeouts checks the ``timeout`` (a ValueError parks the job as malformed);
+- ``run(job, item, call)``, around the run with its server middleware: results writes the record
+  ``running``, then ``succeeded`` with the value;
+- ``guard(running, call)``, around ``perform`` inside the middleware: timeouts (the worker's
+  watchdog, or the async lane's cancel), then limits (the queue's limit, and the holder that
+  gives back the concurrent slots a run still holds when it ends: every job, since ``perform``
+  may take a slot with no payload key saying so);
+- ``finish(client, item, fate, ...)``, once its life (or this run of it) ended;
+- ``put_back(item, reason=...)``, when it went back to its queue unfinished.
+
+A plain job pays one dict lookup per row of a moment and no hook call (limits' guard excepted,
+as before). A new feature is a payload key, its rule on the producing side (``jobsapp.options``,
+this door's counterpart at push) and a row here; the processor, the retry policy, recovery and
+the operators' API do not change.
+
+``finish``: a job's life ends in many ways: it succeeded; it failed and went to the retry set,
+the dead set or nowhere (``retry: false``, ``NoRetryError``, a ``discard``); it expired unrun; it
+stayed stuck past its timeout's hard limit; its class is unknown or its class name hostile; its
+payload is malformed; it killed its worker too often (poison); it was revoked before it started;
+an operator deleted it, or killed it, while it waited. Whoever files that fate (``processor``,
+``recovery``, the operators' API ``jobsapp.api`` with the dashboard and the ``jobs`` command, the
+Celery ``revoke``) calls ``finish`` once the filing succeeded, and the ``end`` hooks run:
+
+- results (``retain``): the record's outcome, ``retrying`` or ``failed`` with the reason, first,
+  so a batch callback that reads a member's record finds it;
+- periodic: the periodic entry's last outcome, for the dashboard;
+- unique (``unique_digest``): the lock is released once the job is done for good (any fate but
+  ``RETRIED``), whatever ``unique_until`` says; the release is guarded by the jid, so a lock
+  another push took since is never dropped;
+- batches (``bid``): the run is counted, succeeded (``SUCCEEDED``, and ``EXPIRED`` as Sidekiq Pro
+  counts it) or failed (everything else, a deleted job too, so its batch completes), once per
+  jid (``batch_update.lua``).
 
 Then server middleware hears it (``jobsapp.middleware``: tracking, tracing, users' own):
 ``on_retry`` for ``RETRIED``, ``on_dead`` with a ``DeadReason`` for every other fate but
-``SUCCEEDED`` (a success is seen by the middleware's own ``call``). This door is the only caller
-of ``middleware.notify``: a feature or a middleware never hears half of an ending.
+``SUCCEEDED`` (a success is seen by each middleware's own ``call``); ``put_back`` tells
+``on_requeue``. This door is the only caller of ``middleware.notify`` for a job: a feature or a
+middleware never hears half of an ending.
 
-A plain job that succeeded pays one dict lookup per row and no call. A feature that needs to
-hear the end of its jobs adds a row to ``HOOKS`` and touches nothing else in the engine. The
-door may be called twice for one jid (at-least-once delivery: a job re-run after a crash that
-came between its outcome and its ack): every hook is idempotent per jid. The operators' paths
-call it only when their own removal (``LREM``, ``ZREM``, ``api_kill.lua``) took the job, so two
-operators deleting one job tell the door once.
+``finish`` may be called twice for one jid (at-least-once delivery: a job re-run after a crash
+that came between its outcome and its ack): every hook is idempotent per jid. The operators'
+paths call it only when their own removal (``LREM``, ``ZREM``, ``api_kill.lua``) took the job.
 
-A job put back on its queue unfinished (shutdown, a dead process's recovery, a full limiter, an
-operator's "retry now" or "add to queue") has not ended: ``put_back`` records a retained job as
-queued again and tells server middleware (``on_requeue``). The producing side's counterpart of
-this door is ``jobsapp.options``.
-
-Runs in the thread that settled the fate (a processor thread, an async lane thread, the
-sweeper, the manager at shutdown, a web request or the ``jobs`` command acting through
-``jobsapp.api``, the caller of ``revoke``). A hook that fails is logged and the next one runs:
-the job's fate is already filed, and its bookkeeping never changes it.
+Runs in the thread that handles the job at that moment (a processor thread, an async lane
+thread, the sweeper, the manager at shutdown, a web request or the ``jobs`` command acting
+through ``jobsapp.api``, the caller of ``revoke``). An ``end`` hook that fails is logged and the
+next one runs: the job's fate is already filed, and its bookkeeping never changes it.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
 
-from . import batch, periodic, registry, results, unique
+from . import batch, expiry, options, periodic, registry, results, unique
+from .connection import CONNECTION_ERRORS
 from .middleware import notify, server_chain
 from .outcomes import DeadReason, OutcomeKind, RequeueReason
-from .payload import Item, now
+from .payload import Item, now, timestamp_seconds
 from .result_writer import recorder
 
 if TYPE_CHECKING:
@@ -169,17 +184,182 @@ def _settle_batch(client: redis.Redis, item: Item, ending: Ending) -> None:
     batch.job_finished(client, item, succeeded=ending.fate in BATCH_SUCCESSES)
 
 
-#: A feature's hook: called with the Redis client, the job's item and how it ended.
+def _record_requeue(item: Item) -> None:
+    if "jid" in item:
+        try:
+            recorder.on_requeue(item)
+        except Exception:  # the job is back in its queue whatever happens to its record
+            logger.exception("jid=%s: recording the requeue failed", item.get("jid"))
+
+
+def _run_recorded(job: Job, item: Item, call: Call) -> Any:
+    return recorder.run(job, item, call)  # ``running`` before, ``succeeded`` and the value after
+
+
+def _release_unique_at_start(client: redis.Redis, item: Item) -> None:
+    unique.release(client, item, moment="start")  # only a ``unique_until="start"`` lock
+
+
+def _drop_expired(client: redis.Redis, item: Item) -> Fate | None:
+    timestamp = now()
+    if not expiry.is_expired(item, timestamp):
+        return None
+    expires_at = timestamp_seconds(item.get(expiry.EXPIRES_AT_KEY)) or timestamp
+    expiry.logger.warning(
+        "class=%s jid=%s queue=%s expired %.1f s ago (expires_in=%s): dropped, not run",
+        str(item.get("class"))[:200],
+        item.get("jid"),
+        item.get("queue"),
+        timestamp - expires_at,
+        item.get(expiry.EXPIRES_IN_KEY),
+    )
+    try:
+        expiry.count(client, today=dt.datetime.fromtimestamp(timestamp, dt.UTC).date())
+    except CONNECTION_ERRORS as exc:  # the job is dropped all the same; only the count is lost
+        expiry.logger.warning("jid=%s expired job not counted (%s)", item.get("jid"), exc)
+    return Fate.EXPIRED
+
+
+def _check_timeout(client: redis.Redis, item: Item) -> None:
+    options.timeout_seconds(item)  # ValueError on a garbled timeout: parked, never run without its limit
+
+
+def _within_timeout(run: Run, call: Call) -> Call:
+    seconds = options.timeout_seconds(run.item)
+    return call if seconds is None else run.within_timeout(seconds, call)
+
+
+def _within_limits(run: Run, call: Call) -> Call:
+    return run.within_limits(call)
+
+
+#: One call of a job's run: the server chain, or ``perform`` inside it.
+Call = Callable[[], Any]
+#: A feature's hook at the end: called with the Redis client, the job's item and how it ended.
 Hook = Callable[[Any, Item, Ending], None]
 
-#: (payload key, hook) for each built-in feature, in the order they are told. A feature adds a
-#: row; the engine calls the hook of each key the item carries, and nothing for the others.
-HOOKS: list[tuple[str, Hook]] = [
-    (results.RETAIN_OPTION, _record_result),
-    (periodic.PERIODIC_KEY, _record_periodic),
-    (unique.DIGEST_KEY, _release_unique),
-    (batch.BATCH_KEY, _settle_batch),
-]
+
+class Run(Protocol):
+    """What the guards around ``perform`` use of the worker running the job (the processor's
+    per-job record): the job, and the worker's own machinery for a timeout (the watchdog
+    thread, or the async lane's cancel) and for limits (the process's queue limits, and the
+    holder that gives back the concurrent slots a run still holds when it ends)."""
+
+    item: Item
+
+    def within_timeout(self, seconds: float, call: Call) -> Call:
+        """``call`` failing with ``JobTimeout`` past ``seconds``."""
+        ...
+
+    def within_limits(self, call: Call) -> Call:
+        """``call`` inside its queue's limit, as the holder of the limiter slots it takes."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Feature:
+    """One built-in feature's row: the payload key that says a job uses it (None: every job),
+    and the hook it has at each moment of the job's life (None: it does not listen then)."""
+
+    name: str
+    key: str | None
+    #: when the job is fetched, before its class is looked up: a fate ends it unrun (acked)
+    admit: Callable[[Any, Item], Fate | None] | None = None
+    #: once the job is admitted, just before its run (a ValueError parks it as malformed)
+    start: Callable[[Any, Item], None] | None = None
+    #: around the whole run, server middleware included: ``around(job, item, call)`` calls ``call``
+    around: Callable[[Job, Item, Call], Any] | None = None
+    #: around ``perform`` alone, inside the middleware: the guarded call
+    guard: Callable[[Run, Call], Call] | None = None
+    #: when its life (or this run of it) ended: ``finish``
+    end: Hook | None = None
+    #: when it went back to its queue unfinished: ``put_back``
+    put_back: Callable[[Item], None] | None = None
+
+
+#: The one table through which a built-in feature hears a job, in the order they are told (see
+#: the module's docstring). A feature adds a row; the engine calls the hooks of the rows whose
+#: key the job carries, and nothing for the others.
+FEATURES: tuple[Feature, ...] = (
+    Feature(name="results", key=results.RETAIN_OPTION, around=_run_recorded, end=_record_result, put_back=_record_requeue),
+    Feature(name="periodic", key=periodic.PERIODIC_KEY, end=_record_periodic),
+    Feature(name="unique", key=unique.DIGEST_KEY, start=_release_unique_at_start, end=_release_unique),
+    Feature(name="batches", key=batch.BATCH_KEY, end=_settle_batch),
+    Feature(name="expiry", key=expiry.EXPIRES_AT_KEY, admit=_drop_expired),
+    Feature(name="timeouts", key=options.TIMEOUT_KEY, start=_check_timeout, guard=_within_timeout),
+    # every job: ``perform`` may take a limiter's slot with no payload key saying so
+    Feature(name="limits", key=None, guard=_within_limits),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """``FEATURES`` indexed by moment: each moment's ``(key, hook)`` rows, in table order, read
+    once at import (a job then pays a tuple walk, no attribute lookup per row)."""
+
+    admit: tuple[tuple[str, Callable[[Any, Item], Fate | None]], ...]
+    start: tuple[tuple[str, Callable[[Any, Item], None]], ...]
+    around: tuple[tuple[str, Callable[[Job, Item, Call], Any]], ...]
+    guard: tuple[tuple[str | None, Callable[[Run, Call], Call]], ...]
+    end: tuple[tuple[str, Hook], ...]
+    put_back: tuple[tuple[str, Callable[[Item], None]], ...]
+
+    @classmethod
+    def of(cls, features: tuple[Feature, ...]) -> Table:
+        """The table's rows by moment. Only a guard may hear every job (``key=None``): every
+        other moment costs a keyless row a call per job."""
+        moments: dict[str, list[Any]] = {name: [] for name in cls.__slots__}
+        for row in features:
+            for moment, rows in moments.items():
+                hook = getattr(row, moment)
+                if hook is None:
+                    continue
+                if row.key is None and moment != "guard":
+                    raise ValueError(f"feature {row.name!r}: only its guard may hear every job, not its {moment}")
+                rows.append((row.key, hook))
+        built: dict[str, Any] = {moment: tuple(rows) for moment, rows in moments.items()}
+        return cls(**built)
+
+
+TABLE = Table.of(FEATURES)
+
+
+def admit(client: redis.Redis, item: Item) -> Fate | None:
+    """When a job is fetched, before its class is looked up: the fate that ends it unrun
+    (``EXPIRED`` past its ``expires_at``), else None: it runs. Its ending is the caller's."""
+    for key, hook in TABLE.admit:
+        if key in item:
+            fate = hook(client, item)
+            if fate is not None:
+                return fate
+    return None
+
+
+def start(client: redis.Redis, item: Item) -> None:
+    """Just before an admitted job runs: a ``unique_until="start"`` lock is released, a
+    ``timeout`` is checked (a ValueError: the caller parks the job as malformed)."""
+    for key, hook in TABLE.start:
+        if key in item:
+            hook(client, item)
+
+
+def run(job: Job, item: Item, call: Call) -> Any:
+    """``call()`` (the server chain around ``perform``) inside the ``around`` hooks of the
+    features the job carries (results: its record ``running``, then ``succeeded`` with the value)."""
+    for key, hook in TABLE.around:
+        if key in item:
+            call = partial(hook, job, item, call)
+    return call()
+
+
+def guard(running: Run, call: Call) -> Call:
+    """``call`` (``perform``) inside the ``guard`` hooks, the first row innermost: its timeout,
+    then its limits (every job)."""
+    item = running.item
+    for key, hook in TABLE.guard:
+        if key is None or key in item:
+            call = hook(running, call)
+    return call
 
 
 def finish(
@@ -198,7 +378,7 @@ def finish(
     given: an operator's path has none). Never raises for a hook's failure (logged; the job's
     fate is already filed)."""
     ending: Ending | None = None
-    for key, hook in HOOKS:
+    for key, hook in TABLE.end:
         if key not in item:
             continue
         if ending is None:
@@ -239,14 +419,12 @@ def _tell_middleware(item: Item, ending: Ending, job_class: type[Job] | None) ->
 
 def put_back(item: Item, *, reason: RequeueReason) -> None:
     """The job went back to its queue unfinished (shutdown, a dead process's recovery, a full
-    limiter, an operator's move from a set to its queue): not an ending. A retained job's record
-    says ``queued`` again, then server middleware hears ``on_requeue`` with ``reason`` (a
-    ``RequeueReason``)."""
-    if results.RETAIN_OPTION in item and "jid" in item:
-        try:
-            recorder.on_requeue(item)
-        except Exception:  # the job is back in its queue whatever happens to its record
-            logger.exception("jid=%s: recording the requeue failed", item.get("jid"))
+    limiter, an operator's move from a set to its queue): not an ending. The features it carries
+    hear it (a retained job's record says ``queued`` again), then server middleware hears
+    ``on_requeue`` with ``reason`` (a ``RequeueReason``)."""
+    for key, hook in TABLE.put_back:
+        if key in item:
+            hook(item)
     notify("on_requeue", item, reason=reason)
 
 
@@ -262,4 +440,5 @@ def finish_outcome(
         finish(client, filed, fate, error=error, reason=reason, run_at=run_at, retry_limit=retry_limit, job_class=job_class)
 
 
-__all__ = ["HOOKS", "DeadReason", "Ending", "Fate", "JobDeleted", "finish", "finish_outcome", "put_back"]
+__all__ = ["FEATURES", "TABLE", "DeadReason", "Ending", "Fate", "Feature", "JobDeleted", "Run", "Table"]
+__all__ += ["admit", "finish", "finish_outcome", "guard", "put_back", "run", "start"]

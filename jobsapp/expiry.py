@@ -6,8 +6,9 @@ A job that has not *started* by its expiry is never run. The payload field is Pr
   (its run-at time, or now) + ``expires_in``, float epoch seconds; ``expires_in`` rides along.
   So a job scheduled two hours ahead with one hour to live expires three hours from its push, and
   a Ruby Sidekiq Pro worker reads the field the same way (both directions).
-- when fetched (``processor``, before the class is looked up, before any middleware or
-  ``perform``): past ``expires_at`` the job is acknowledged and dropped, one warning is logged,
+- when fetched (the door's ``admit`` moment, ``jobsapp.ending``'s ``expiry`` row, before the
+  class is looked up, before any middleware or ``perform``): past ``expires_at`` the job is
+  acknowledged and dropped, one warning is logged,
   ``jobsapp:stat:expired`` and its daily counter are incremented (``count``; it also counts as
   processed, as Sidekiq Pro counts it), server middleware hears
   ``on_dead(reason=DeadReason.EXPIRED)`` with no exception, and the "job ended" door
@@ -15,10 +16,10 @@ A job that has not *started* by its expiry is never run. The payload field is Pr
   as succeeded (Pro's rule), a retained record says failed with reason ``expired``.
 - ``expires_at`` is absolute: a retry due after it is dropped the same way when fetched.
 
-Jobs without ``expires_at`` cost one dict lookup in the processor. No thread of its own; the
-counters are written by the processor thread that dropped the job (a Redis error there is logged
-by the processor: the job is dropped anyway, uncounted). This module decides and counts; the
-processor drops.
+Jobs without ``expires_at`` cost one dict lookup in the door's table. No thread of its own; the
+counters are written by the processor thread that dropped the job (a Redis error there is logged:
+the job is dropped anyway, uncounted). This module decides and counts; the door's expiry row
+calls it, and the processor acknowledges the job the row ended.
 """
 
 from __future__ import annotations

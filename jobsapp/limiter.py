@@ -62,6 +62,10 @@ keys.limiter_permits(identity). Limiter objects hold no per-use state on ``self`
 permits live in a ContextVar: per thread, per asyncio task), so one module-level limiter serves
 every thread and task; nesting the same limiter takes two slots. ``async with limiter:`` works
 too, waiting in a thread so the event loop is not blocked.
+
+The worker reaches this module through the door's table (``jobsapp.ending``'s ``limits`` row,
+the one row that hears every job, at the ``guard`` moment): ``within`` for ``QUEUE_LIMITS`` and
+``holding`` around every ``perform``.
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def _retain_rule(item: Item, stamp: Stamp) -> None:
 Rule = Callable[[Item, Stamp], None]
 
 #: (payload option, rule), applied in this order to every pushed item that carries the option.
-#: A feature with a payload option adds a row here (and its hook to ``jobsapp.ending.HOOKS``).
+#: A feature with a payload option adds a row here (and its row to ``jobsapp.ending.FEATURES``).
 RULES: list[tuple[str, Rule]] = [
     (TIMEOUT_KEY, _timeout_rule),
     (EXPIRES_IN_KEY, _expires_rule),

@@ -29,6 +29,9 @@ calls ``record_outcome`` when such a job ends, for the dashboard's "last outcome
 The push is written by the claim script itself, as the scheduler's moves are: client middleware
 does not see periodic pushes. If Redis is unreachable the thread logs and backs off; a tick
 that passes meanwhile runs once when Redis is back (if it is still the latest).
+
+A pushed job hears its end through the door's table (``jobsapp.ending``'s ``periodic`` row:
+``record_outcome``), for the dashboard's last outcome.
 """
 
 from __future__ import annotations

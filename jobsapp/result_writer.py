@@ -8,6 +8,10 @@ from results.py so the operators' API, which reads records, imports no worker th
 
 A change Redis refuses is dropped (the job goes on as without results), logged once per outage
 (backoff.py) with the count of dropped changes when Redis is back.
+
+The worker reaches the ``Recorder`` through the door's table (``jobsapp.ending``'s ``results``
+row): ``run`` around the run, ``on_retry`` / ``on_dead`` at its end, ``on_requeue`` when it is put
+back; ``run_recorded`` is the same wrapper for the test modes (``jobsapp.testing``).
 """
 
 from __future__ import annotations

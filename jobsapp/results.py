@@ -3,7 +3,8 @@
 A retained job gets one Redis HASH, ``keys.result(jid)``, that lives ``retain`` seconds after its
 last change: status, timestamps, attempts, the return value (JSON-native, at most
 ``JOBSAPP["RESULT_MAX_BYTES"]`` encoded) and the last error. A job without ``retain`` writes
-nothing here and costs one dict lookup (``"retain" in item``) in ``result_writer.run_recorded``.
+nothing here and costs one dict lookup (``"retain" in item``) per moment of the door's table
+(``jobsapp.ending``'s ``results`` row: around the run, at its end, when it is put back).
 This is the store ``jobsapp.django_tasks`` and ``jobsapp.celery`` read.
 
 Who writes, in which thread, and in how many round trips:

@@ -7,7 +7,8 @@ in the same script as the push, immediate and scheduled alike, so two racing pus
 both enqueue. It lives ``unique_for`` seconds (counted from the run-at time for a scheduled job)
 and is released by the worker, only if the same jid still holds it (``unique_release.lua``):
 
-- ``unique_until="start"``: when the job starts, before ``perform``;
+- ``unique_until="start"``: when the job starts, before ``perform`` (the door's ``start``
+  moment: ``jobsapp.ending``'s ``unique`` row);
 - ``unique_until="success"`` (the default): when it succeeds. Through retries the lock stays,
   until it expires;
 - either way, when the job is done for good without that (dead, discarded, ``NoRetryError``,
@@ -16,7 +17,7 @@ and is released by the worker, only if the same jid still holds it (``unique_rel
 
 The payload carries ``unique_digest`` (the lock's name) so a worker releases exactly the lock
 the push took, whatever queue a retry uses. Jobs without ``unique_for`` never reach this module:
-the client checks for the option and the processor for ``unique_digest``, nothing more.
+the client checks for the option and the door's table for ``unique_digest``, nothing more.
 A release that cannot reach Redis is logged; the lock then expires by itself.
 """
 

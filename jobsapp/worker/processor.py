@@ -7,8 +7,8 @@ same, its innermost step awaits the coroutine on the process's event loop (``aio
 What becomes of the job is returned to the manager, which acknowledges it in the next batch:
 
 - success: acknowledged, counted processed;
-- expired (fetched past its ``expires_at``, ``jobsapp.expiry``): acknowledged, counted processed
-  and expired, never looked up or run;
+- ended unrun by a feature (``ending.admit``: fetched past its ``expires_at``, ``jobsapp.expiry``):
+  acknowledged, counted processed and expired, never looked up or run;
 - malformed JSON (including JSON nested past ``payload.MAX_STORED_NESTING``), a hostile class
   name (``__import__('os')...``, a path): straight to the dead set with the reason (wrapped so
   the raw text is kept), never imported or evaluated; counted failed;
@@ -24,6 +24,12 @@ What becomes of the job is returned to the manager, which acknowledges it in the
   ``JobTimeout`` raised in its place, ``aio``);
 - any other exception: ``RetryPolicy`` files it in retry or dead atomically with its ack.
 
+The processor names no feature: each hears the job through the door's table
+(``jobsapp.ending``), at ``admit`` (before the lookup), ``start`` (before the run), ``run``
+(around the server chain), ``guard`` (around ``perform``: its timeout, its limits, through
+``_Admitted.within_timeout`` / ``within_limits``, the worker's watchdog and limiter holder) and
+``finish`` (once its fate is filed: features, then server middleware) or ``put_back``.
+
 Django database connections are per thread: stale ones are closed before and after each job,
 as Django does around a request, in every thread that has opened one (Django's
 ``connection_created`` marks it; a thread whose jobs never touch the database has nothing to
@@ -35,7 +41,6 @@ line at start and one at the end of each job.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import re
 import threading
@@ -49,16 +54,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections
 from django.db.backends.signals import connection_created
 
-from .. import ending, expiry, faults, limiter, logs, registry, unique
+from .. import ending, faults, limiter, logs, registry
 from ..conf import jobs_settings
-from ..connection import CONNECTION_ERRORS, REDIS_ERRORS
+from ..connection import REDIS_ERRORS
 from ..ending import Fate
 from ..error_fields import safe_message
 from ..errors import JobTimeout, MalformedPayload, NoRetryError, UnknownJobClass
 from ..middleware import run_server_chain
 from ..outcomes import DeadReason, OutcomeKind, RequeueReason
-from ..payload import RECOVERED_KEY, Item, decode, malformed_item, now, timestamp_seconds
-from ..result_writer import run_recorded
+from ..payload import RECOVERED_KEY, Item, decode, malformed_item
 from . import aio, timeouts
 
 if TYPE_CHECKING:
@@ -224,9 +228,12 @@ class Processor:
             logger.error("queue=%s malformed job sent to the dead set: %s", unit.queue, exc)
             return self._bury_malformed(unit, str(exc), exc, started)
         jid = item.get("jid")
-        job = _Admitted(unit=unit, item=item, jid=jid if isinstance(jid, str) else "", class_name=item["class"], started=started)
-        if expiry.EXPIRES_AT_KEY in item and expiry.is_expired(item, now()):  # dropped unrun, acked, counted processed
-            return self._on_expired(job)
+        job = _Admitted(
+            unit=unit, item=item, jid=jid if isinstance(jid, str) else "", class_name=item["class"], started=started, processor=self
+        )
+        fate = ending.admit(self.policy.client, item)  # a feature ends it unrun (expired): acked, counted processed
+        if fate is not None:
+            return self._on_ended_unrun(job, fate)
         try:
             job.job_class = registry.lookup(job.class_name)
         except UnknownJobClass:
@@ -243,10 +250,8 @@ class Processor:
         if self.log_jobs:
             fields = {"job_class": class_name, "jid": jid, "queue": unit.queue}
             logger.info("class=%s jid=%s queue=%s start", class_name, jid, unit.queue, extra=fields)
-        # ValueError on a garbled timeout: parked in the dead set (process), not run without its limit
-        timeout = timeouts.timeout_seconds(item) if timeouts.TIMEOUT_KEY in item else None
-        if unique.DIGEST_KEY in item:
-            unique.release(self.policy.client, item, moment="start")
+        # its features hear it start; a ValueError (a garbled timeout) parks it in the dead set (process)
+        ending.start(self.policy.client, item)
         database_used = _connections.database_used
         if database_used:
             checked_at = _connections.checked_at
@@ -258,8 +263,8 @@ class Processor:
             job.item = item
             job.queue = unit.queue
             with logs.job_context(class_name=class_name, jid=jid):  # users' log lines name their job
-                call_perform = self._perform_call(admitted, job, timeout)
-                run_recorded(job, item, lambda: run_server_chain(job, item, unit.queue, call_perform))
+                call_perform = self._perform_call(admitted, job)
+                ending.run(job, item, lambda: run_server_chain(job, item, unit.queue, call_perform))
         except NoRetryError as exc:
             return self._on_no_retry(admitted, exc)
         except BaseException as exc:  # noqa: BLE001  # any failure of user code (even SystemExit): retried, dead or discarded
@@ -274,29 +279,25 @@ class Processor:
                 _connections.checked_at = time.monotonic()
         return self._on_success(admitted)
 
-    def _perform_call(self, admitted: _Admitted, job: Job, timeout: float | None) -> Callable[[], Any]:
-        """The innermost step of the chain: ``perform`` under the job's timeout, quarantine and
-        queue limit, as the holder of the limiter slots it takes."""
-        unit, item, jid = admitted.unit, admitted.item, admitted.jid
+    def _perform_call(self, admitted: _Admitted, job: Job) -> Callable[[], Any]:
+        """The innermost step of the chain: ``perform`` inside its features' guards (its
+        timeout, then its queue limit and the holder of the limiter slots it takes:
+        ``ending.guard``, through ``_Admitted``), a recovered job inside the quarantine."""
+        item = admitted.item
         args = item.get("args", [])
         kwargs = item.get("kwargs") or {}
         if not isinstance(kwargs, dict):
             kwargs = {}
         call_perform: Callable[[], Any] = lambda: job.perform(*args, **kwargs)  # noqa: E731
         if admitted.job_class.is_async:  # innermost: the lane thread parks while the loop awaits the coroutine
-            call_perform = partial(aio.perform, call_perform, timeout_seconds=timeout)
-        elif timeout is not None:
-            stuck = partial(self._file_stuck, unit, item, admitted.job_class, timeout)
-            call_perform = self.watchdog.within(
-                timeout, call_perform, on_stuck=stuck, class_name=admitted.class_name, jid=jid, queue=unit.queue
-            )
+            perform = call_perform
+            call_perform = lambda: aio.perform(perform, timeout_seconds=admitted.async_timeout_seconds)  # noqa: E731
         if faults.POINT:
             call_perform = faults.wrap("in_perform", call_perform)
+        call_perform = ending.guard(admitted, call_perform)
         if RECOVERED_KEY in item and self.quarantine is not None:
-            call_perform = self.quarantine.wrap(jid, call_perform)
-        if self.queue_limits and unit.queue in self.queue_limits:
-            call_perform = limiter.within(limiter.queue_limiter(unit.queue, self.queue_limits[unit.queue]), call_perform)
-        return limiter.holding(self.policy.inflight_key, jid, call_perform)  # its limiter slots end with it
+            call_perform = self.quarantine.wrap(admitted.jid, call_perform)
+        return call_perform
 
     # --- one handler per outcome ----------------------------------------------------------
 
@@ -362,24 +363,11 @@ class Processor:
         ending.finish_outcome(self.policy.client, item, outcome, error=exc, job_class=admitted.job_class)
         return admitted.result(acknowledge=outcome.kind == OutcomeKind.DISCARDED, failed=True)
 
-    def _on_expired(self, admitted: _Admitted) -> Result:
-        """Fetched past its ``expires_at`` (``jobsapp.expiry``): acknowledged and counted
-        processed and expired, never looked up or run."""
-        unit, item, timestamp = admitted.unit, admitted.item, now()
-        expires_at = timestamp_seconds(item.get(expiry.EXPIRES_AT_KEY)) or timestamp
-        expiry.logger.warning(
-            "class=%s jid=%s queue=%s expired %.1f s ago (expires_in=%s): dropped, not run",
-            admitted.class_name,
-            admitted.jid,
-            unit.queue,
-            timestamp - expires_at,
-            item.get(expiry.EXPIRES_IN_KEY),
-        )
-        try:
-            expiry.count(self.policy.client, today=dt.datetime.fromtimestamp(timestamp, dt.UTC).date())
-        except CONNECTION_ERRORS as exc:  # the job is dropped all the same; only the count is lost
-            expiry.logger.warning("jid=%s expired job not counted (%s)", admitted.jid, exc)
-        ending.finish(self.policy.client, item, Fate.EXPIRED, reason=DeadReason.EXPIRED)  # the door looks its class up
+    def _on_ended_unrun(self, admitted: _Admitted, fate: Fate) -> Result:
+        """A feature ended the job before its class was looked up (``ending.admit``: fetched past
+        its ``expires_at``, which the expiry row logged and counted): acknowledged and counted
+        processed, never looked up or run."""
+        ending.finish(self.policy.client, admitted.item, fate)  # the door looks its class up for middleware
         admitted.class_name = str(admitted.class_name)[:200]
         return admitted.result(acknowledge=True, failed=False)
 
@@ -419,7 +407,30 @@ class _Admitted:
     jid: str
     class_name: str
     started: float  # monotonic
+    processor: Processor
     job_class: type[Job] = None  # type: ignore[assignment]  # set by the lookup, before the run
+    async_timeout_seconds: float | None = None  # an async job's timeout: its coroutine is cancelled past it
+
+    # --- the worker's guards, as ``ending.Run``: the timeouts and limits rows call them ----
+
+    def within_timeout(self, seconds: float, call: Callable[[], Any]) -> Callable[[], Any]:
+        """A sync job: JobTimeout raised in its thread by the watchdog past ``seconds``, and at
+        the hard limit the job filed (``Processor._file_stuck``). An async job: its coroutine is
+        cancelled (``aio.perform`` reads ``async_timeout_seconds``)."""
+        if self.job_class.is_async:
+            self.async_timeout_seconds = seconds
+            return call
+        processor, queue = self.processor, self.unit.queue
+        stuck = partial(processor._file_stuck, self.unit, self.item, self.job_class, seconds)
+        return processor.watchdog.within(seconds, call, on_stuck=stuck, class_name=self.class_name, jid=self.jid, queue=queue)
+
+    def within_limits(self, call: Callable[[], Any]) -> Callable[[], Any]:
+        """Inside its queue's limit (``QUEUE_LIMITS``), as the holder of the limiter slots it takes:
+        those it still holds when the run ends, however it ends, are released then."""
+        processor, queue = self.processor, self.unit.queue
+        if processor.queue_limits and queue in processor.queue_limits:
+            call = limiter.within(limiter.queue_limiter(queue, processor.queue_limits[queue]), call)
+        return limiter.holding(processor.policy.inflight_key, self.jid, call)
 
     def result(self, *, acknowledge: bool, failed: bool) -> Result:
         return Result(

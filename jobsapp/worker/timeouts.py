@@ -39,6 +39,10 @@ heartbeat.py and launcher.py) raises ``LeaseExpired`` in every sync job running 
 through the same guarded ``PyThreadState_SetAsyncExc``, before it exits: another process owns
 those jobs now. Jobs without a ``timeout`` run under no guard (a guard costs about 4 us a job)
 and end with the process a moment later.
+
+The processor reaches the watchdog through the door's table (``jobsapp.ending``'s ``timeouts``
+row: ``start`` checks the option, ``guard`` asks the processor's per-job record for
+``within_timeout``), so a job without ``timeout`` pays one dict lookup.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ sweeper) against a real Redis, or ended by an operator: deleted, cleared or kill
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from io import StringIO
@@ -324,26 +325,80 @@ def test_retained_record_says_how_the_job_ended(redis, path):
     assert record is not None and record.status == expected
 
 
-def test_a_plain_job_calls_no_hook(redis, monkeypatch):
-    # Given a hook table whose every hook would record its call
-    called: list[str] = []
-    monkeypatch.setattr(ending, "HOOKS", [(key, lambda *_args, key=key: called.append(key)) for key, _ in ending.HOOKS])
-    # When a job with none of the features ends
-    ending.finish(get_redis(), {"class": "X", "jid": "a" * 24, "args": []}, ending.Fate.SUCCEEDED)
-    # Then no hook ran; and one with a batch calls only the batch's hook
-    assert called == []
-    ending.finish(get_redis(), {"class": "X", "jid": "a" * 24, "args": [], "bid": "b1"}, ending.Fate.SUCCEEDED)
-    assert called == ["bid"]
+MOMENTS = ("admit", "start", "around", "guard", "end", "put_back")
+
+
+def _spying_table(called: list[tuple[str, str]]) -> ending.Table:
+    """The real table, each hook noting (moment, feature) before it does its work."""
+    rows = []
+    for row in ending.FEATURES:
+        hooks = {}
+        for moment in MOMENTS:
+            hook = getattr(row, moment)
+            if hook is not None:
+
+                def spy(*args, _hook=hook, _note=(moment, row.name)):
+                    called.append(_note)
+                    return _hook(*args)
+
+                hooks[moment] = spy
+        rows.append(dataclasses.replace(row, **hooks))
+    return ending.Table.of(tuple(rows))
+
+
+def test_a_plain_job_is_heard_only_by_the_limits_guard(redis, monkeypatch):
+    # Given a table whose every hook notes its call
+    called: list[tuple[str, str]] = []
+    monkeypatch.setattr(ending, "TABLE", _spying_table(called))
+    # When a job with none of the features runs and succeeds
+    client.push({"class": Ends.wire_name(), "args": ["succeed"], "queue": "default"})
+    _processor().process(_fetched(redis))
+    # Then only the row that hears every job was called (a run may take a limiter's slot)
+    assert called == [("guard", "limits")]
+
+
+def test_every_feature_hears_the_job_at_its_moments_in_table_order(redis, monkeypatch):
+    # Given a table whose every hook notes its call, and a job carrying every feature
+    called: list[tuple[str, str]] = []
+    monkeypatch.setattr(ending, "TABLE", _spying_table(called))
+    jid, _ = _pushed("succeed", unique_until="start", timeout=30, expires_in=600)
+    # When it runs and succeeds
+    _processor().process(_fetched(redis))
+    # Then each feature heard it at its moments, through the table alone
+    assert called == [
+        ("admit", "expiry"),
+        ("start", "unique"),
+        ("start", "timeouts"),
+        ("guard", "timeouts"),  # the guards wrap perform before the run begins
+        ("guard", "limits"),
+        ("around", "results"),
+        ("end", "results"),
+        ("end", "periodic"),
+        ("end", "unique"),
+        ("end", "batches"),
+    ]
+    record = results.get(jid)
+    assert record is not None and record.status == "succeeded" and not _unique_lock_exists(redis)
+
+
+def test_a_row_for_every_job_may_only_guard(redis):
+    # Given a feature without a payload key that would hear every job's end, Then the table refuses it
+    with pytest.raises(ValueError, match="only its guard"):
+        ending.Table.of((ending.Feature(name="costly", key=None, end=lambda *_args: None),))
 
 
 def test_a_failing_hook_does_not_keep_the_others_from_running(redis, monkeypatch):
-    # Given a first hook that raises
+    # Given a first end hook that raises
     called: list[str] = []
 
     def broken(*_args):
         raise RuntimeError("hook bug")
 
-    monkeypatch.setattr(ending, "HOOKS", [("retain", broken), ("bid", lambda *_args: called.append("bid"))])
+    rows = (
+        ending.Feature(name="results", key="retain", end=broken),
+        ending.Feature(name="batches", key="bid", end=lambda *_args: called.append("bid")),
+    )
+    monkeypatch.setattr(ending, "TABLE", ending.Table.of(rows))
     # When a job carrying both ends, Then the second still runs and nothing is raised
     ending.finish(get_redis(), {"jid": "a" * 24, "retain": 60, "bid": "b1"}, ending.Fate.DEAD)
     assert called == ["bid"]
