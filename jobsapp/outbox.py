@@ -52,6 +52,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, tran
 from . import client, faults
 from .conf import jobs_settings
 from .errors import PayloadTooLarge, RedisUnavailable, ReplicationTimeout
+from .payload import compact_json
 
 logger = logging.getLogger("jobsapp.outbox")
 
@@ -121,7 +122,7 @@ def enabled(using: str = DEFAULT_DB_ALIAS) -> bool:
 def encode(arguments: dict[str, Any], *, jobs: int = 1) -> str:
     """The entry's JSON; PayloadTooLarge (in the caller, before anything is written) past
     ``MAX_PAYLOAD_BYTES`` times the ``jobs`` it carries."""
-    text = json.dumps(arguments, separators=(",", ":"))
+    text = compact_json(arguments)
     limit = jobs_settings.MAX_PAYLOAD_BYTES
     if limit and len(text) > limit * max(1, jobs):
         raise PayloadTooLarge(f"the job is {len(text)} bytes encoded, above MAX_PAYLOAD_BYTES ({limit}); nothing was written")
