@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from jobsapp import middleware
+from jobsapp import api, keys, middleware
+from jobsapp.connection import get_redis
 from jobsapp.errors import UnknownJobClass
+from jobsapp.worker import processor
+from jobsapp.worker.fetch import UnitOfWork
+from jobsapp.worker.retry import RetryPolicy
 from tests.tracking.jobs import AsyncReports, Crashes, FailsOnPurpose, PlainTracked, Reports, ReportsThenWaits, Succeeds, Untracked
 from tracking import BusinessFailure, NormalException
 from tracking.models import Event, Task
@@ -358,3 +362,34 @@ def test_an_async_job_reports_progress_from_its_event_loop_when_tracking_writes_
     assert row.status == "finish", row.messages
     working = [entry["message"] for entry in row.messages if entry["status"] == "working"]
     assert working[-3:] == ["row 1 of 3", "row 2 of 3", "row 3 of 3"], row.messages
+
+
+def test_a_tracked_job_an_operator_deletes_ends_its_event_and_its_task(redis):
+    # Given a tracked job waiting in its queue, in a task of its own
+    jid = PlainTracked.perform_async(6, scale=7)
+    # When an operator deletes it (the dashboard and the jobs command act through jobsapp.api)
+    assert api.Queue("reports").delete_job(jid)
+    # Then its event is a final error saying why, and its task is finished
+    row = event(jid)
+    assert row.status == "error" and row.is_final
+    assert row.messages[-1]["message"] == "deleted by an operator before it ran"
+    assert Task.objects.get(pk=row.task_id).status == "finished"
+
+
+def test_a_tracked_job_an_operator_kills_while_it_waits_for_its_retry_ends_its_event(redis, monkeypatch):
+    # Given a tracked job that crashed in a processor (which here keeps the test database's
+    # connection open) and waits in the retry set ("waiting for retry")
+    monkeypatch.setattr(processor, "close_old_connections", lambda: None)
+    jid = Crashes.perform_async(1)
+    inflight = keys.inflight("test:1:0000000000ff")
+    raw = redis.lmove("queue:default", inflight, "RIGHT", "LEFT")
+    processor.Processor(RetryPolicy(get_redis(), inflight)).process(UnitOfWork(raw, "default"))
+    assert event(jid).status == "enqueue" and not event(jid).is_final
+    entry = api.RetrySet().find_job(jid)
+    assert entry is not None
+    # When an operator kills it
+    assert api.RetrySet().kill(entry)
+    # Then tracking heard its end: a final error saying who sent it to the dead set
+    row = event(jid)
+    assert row.status == "error" and row.is_final
+    assert row.messages[-1]["message"] == "sent to the dead set by an operator"
