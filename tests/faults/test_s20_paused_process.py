@@ -1,11 +1,13 @@
 """Scenario 20: a worker paused past its heartbeat TTL comes back to find its jobs taken.
 
 The red-team case scaled down: SIGSTOP for 75 s past a 60 s heartbeat becomes a pause of
-``PAUSE_SECONDS`` past a 3 s TTL (``FAST_LIVENESS``). Given worker A (``-P 1``) running two jobs
+``PAUSE_SECONDS`` past a 3 s TTL (``FAST_LIVENESS``). Given worker A (``-P 1``, or ``-P 2`` paused
+as a family) running two jobs
 that work in 50 ms steps inside ``concurrent("s20-pair", 2)``, When A is SIGSTOPped, worker B
 starts, B's sweeper recovers A's jobs (releasing A's two slots) and B runs them and a fresh job
 in the freed slots, and A is then resumed (SIGCONT), Then A fences itself: its old runs do no
-more work, nothing it held is released by it, it restarts as a new identity (same pid) and the
+more work, nothing it held is released by it, it restarts as a new identity (``-P 1``: same
+pid; ``-P 2``: its supervisor starts new children) and the
 limit of 2 is never exceeded. Jobs run twice only as at-least-once requires: the two A was
 running when it was declared dead started again in B, and each finished once.
 
@@ -28,7 +30,7 @@ import pytest
 
 from jobsapp import keys
 from tests.faults.conftest import FAST_LIVENESS
-from tests.faults.jobs import ATTEMPTS, DONE
+from tests.faults.jobs import ATTEMPTS, DONE, LedgerJob
 from tests.faults.ledger import check
 from tests.faults.limiter_jobs import TICKS, PairLedgerJob
 from tests.workers import wait_until
@@ -58,33 +60,45 @@ def most_holders_at_once(ticks: list[list]) -> int:
     return most
 
 
-def test_a_process_paused_past_its_ttl_fences_itself_and_the_limit_holds(redis, ledger, start_worker, measure):
-    # Given worker A running two jobs, each holding one of the limiter's two slots
-    paused = start_worker(["-P", "1", "-c", "2", "-t", "5"], overrides=FAST_LIVENESS)
-    first_identity = paused.identity
+@pytest.mark.parametrize("processes", ["1", "2"], ids=["-P 1", "-P 2"])
+def test_a_process_paused_past_its_ttl_fences_itself_and_the_limit_holds(redis, ledger, start_worker, measure, processes):
+    # Given worker A running two jobs, each holding one of the limiter's two slots (-P 1: two
+    # threads of one process, restarted in place once fenced; -P 2: one job in each child,
+    # restarted by their supervisor)
+    threads = "2" if processes == "1" else "1"
+    paused = start_worker(["-P", processes, "-c", threads, "-t", "5"], overrides=FAST_LIVENESS)
+    first_identities = set(paused.identities)
+    old_pids = {paused.info(identity)["pid"] for identity in first_identities}
     PairLedgerJob.perform_async("s20-a", STEPS)
     PairLedgerJob.perform_async("s20-b", STEPS)
     wait_until(lambda: ledger.llen(TICKS) >= 10 and ledger.hlen(ATTEMPTS) == 2, timeout_seconds=15, message="A's two jobs work")
+
+    def signal_a(signal_number: int) -> None:
+        if processes == "1":
+            os.kill(paused.pid, signal_number)
+        else:  # the parent and its children alike
+            os.killpg(paused.pid, signal_number)
+
     # When A is paused past its heartbeat TTL
-    os.kill(paused.pid, signal.SIGSTOP)
+    signal_a(signal.SIGSTOP)
     stopped_at = time.monotonic()
     try:
-        # and worker B starts, with a fresh job waiting for a slot
-        start_worker(["-P", "1", "-c", "3", "-t", "5"], overrides=FAST_LIVENESS)
+        # and worker B starts (two processes of one thread), with a fresh job waiting for a slot
+        other = start_worker(["-P", "2", "-c", "1", "-t", "5"], overrides=FAST_LIVENESS)
         PairLedgerJob.perform_async("s20-fresh", STEPS // 2)
         # and B's sweeper recovers A's jobs, whose slots go to B's runs
         wait_until(lambda: int(ledger.hget(ATTEMPTS, "s20-a") or 0) + int(ledger.hget(ATTEMPTS, "s20-b") or 0) >= 3,
                    timeout_seconds=PAUSE_SECONDS + 10, message="B took A's jobs over")  # fmt: skip
         time.sleep(max(0.0, PAUSE_SECONDS - (time.monotonic() - stopped_at)))
     finally:
-        os.kill(paused.pid, signal.SIGCONT)  # And A is resumed
-    resumed_at = time.time()
+        resumed_at = time.time()  # (read before the signal: no step of A's can come before it)
+        signal_a(signal.SIGCONT)  # And A is resumed
     # Then every job finishes
     ids = ["s20-a", "s20-b", "s20-fresh"]
     wait_until(lambda: all(ledger.hget(DONE, ledger_id) for ledger_id in ids), timeout_seconds=60, message="every job finished")
     time.sleep(1.0)  # long enough for A's old runs to show any step they still took
     ticks = [json.loads(raw) for raw in ledger.lrange(TICKS, 0, -1)]
-    old_runs = [tick for tick in ticks if tick[2] == paused.pid and tick[1] == 1]
+    old_runs = [tick for tick in ticks if tick[2] in old_pids and tick[1] == 1]
     stale = [tick for tick in old_runs if tick[3] > resumed_at]
     legitimate = [tick for tick in ticks if tick not in stale]
     holders = most_holders_at_once(legitimate)
@@ -95,7 +109,7 @@ def test_a_process_paused_past_its_ttl_fences_itself_and_the_limit_holds(redis, 
     report = check(redis, ledger, ids)
     attempts = {ledger_id: int(ledger.hget(ATTEMPTS, ledger_id)) for ledger_id in ids}
     measure(
-        "20 process paused past its TTL",
+        f"20 process paused past its TTL, -P {processes}",
         pause_seconds=PAUSE_SECONDS,
         over_admission=max(0, holders - 2),
         old_runs_steps_after_resume=len(stale),
@@ -111,14 +125,18 @@ def test_a_process_paused_past_its_ttl_fences_itself_and_the_limit_holds(redis, 
     assert all(sum(1 for tick in stale if tick[0] == ledger_id) <= 1 for ledger_id in ("s20-a", "s20-b")), (
         f"A's old runs took {len(stale)} steps after it resumed at {resumed_at:.3f}\n{paused.output[-2500:]}"
     )
-    # And A fenced itself and came back as a new identity under the same pid
+    # And A fenced itself and came back as new identities (-P 1: under the same pid; -P 2: new children)
     wait_until(lambda: "was declared dead" in paused.output, timeout_seconds=10, message="A logged that it was declared dead")
 
-    def registered_again() -> bool:
-        identities = paused.redis.smembers("processes") - {first_identity}
-        return any(paused.info(identity).get("pid") == paused.pid for identity in identities)
+    def registered_again() -> int:
+        identities = paused.redis.smembers("processes") - first_identities - set(other.identities)
+        pids = {paused.info(identity).get("pid") for identity in identities}
+        return len(pids & {paused.pid}) if processes == "1" else len(pids - old_pids - {None})
 
-    wait_until(registered_again, timeout_seconds=20, message="A registered again as a new identity")
+    try:
+        wait_until(lambda: registered_again() == int(processes), timeout_seconds=20, message="A registered again as new identities")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{paused.output[-4000:]}") from None
     assert paused.process.poll() is None
     # And jobs ran twice only as at-least-once requires: A's two, started again by B, each finished once
     report.assert_clean()
@@ -126,4 +144,31 @@ def test_a_process_paused_past_its_ttl_fences_itself_and_the_limit_holds(redis, 
     assert attempts == {"s20-a": 2, "s20-b": 2, "s20-fresh": 1}
     # And no slot is left held
     assert redis.zcard(keys.limiter_holders("s20-pair")) == 0
-    assert redis.llen(keys.inflight(first_identity)) == 0
+    assert all(redis.llen(keys.inflight(identity)) == 0 for identity in first_identities)
+
+
+def test_a_quiet_single_process_fenced_after_a_pause_comes_back_quiet(redis, ledger, start_worker, measure):
+    # Given a -P 1 worker told to quiet (TSTP)
+    paused = start_worker(["-P", "1", "-c", "2", "-t", "5"], overrides=FAST_LIVENESS)
+    first_identity = paused.identity
+    paused.signal(signal.SIGTSTP)
+    wait_until(lambda: paused.redis.hget(first_identity, "quiet") == "true", timeout_seconds=10, message="it is quiet")
+    # When it is paused past its heartbeat TTL, with no other worker around, and resumed
+    paused.signal(signal.SIGSTOP)
+    time.sleep(4.5)
+    paused.signal(signal.SIGCONT)
+
+    # Then it fences itself and restarts in place under a new identity, quiet from its first beat
+    def restarted() -> str:
+        identities = paused.redis.smembers("processes") - {first_identity}
+        return next((identity for identity in identities if paused.info(identity).get("pid") == paused.pid), "")
+
+    identity = wait_until(restarted, timeout_seconds=20, message="it registered again as a new identity")
+    assert "was declared dead" in paused.output
+    assert paused.redis.hget(identity, "quiet") == "true"
+    # And it takes none of the jobs pushed now
+    LedgerJob.perform_bulk([[f"s20q-{index}", 0] for index in range(5)])
+    time.sleep(1.5)
+    assert ledger.hlen(ATTEMPTS) == 0 and redis.llen("queue:default") == 5
+    assert paused.stop() == 0
+    measure("20 quiet -P 1 fenced after a pause", restarted_quiet=1, jobs_run_while_quiet=0)
