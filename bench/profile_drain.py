@@ -137,6 +137,13 @@ def main() -> None:
     parser.add_argument("--py-spy", metavar="FILE")
     parser.add_argument("--commands", action="store_true", help="Redis commands per job, from INFO commandstats")
     parser.add_argument("--per-thread", action="store_true", help="the workers' CPU per job by thread (jobsapp only)")
+    parser.add_argument(
+        "--logging",
+        choices=["quiet", "fresh", "demo"],
+        default="quiet",
+        help="quiet: warnings only; fresh: each system's default level (a start and a done line per job, to a file), "
+        "jobsapp without LOGGING (runworkers' own handler); demo: the same with the demo project's LOGGING",
+    )
     parser.add_argument("--no-gil", dest="gil", action="store_false", help="py-spy samples every active thread, not only the GIL holder")
     options = parser.parse_args()
 
@@ -150,7 +157,7 @@ def main() -> None:
     try:
         bench = Bench(argparse.Namespace(jobs=options.jobs, latency_seconds=1.0), server)
         bench.client.flushall()
-        fleet = Fleet(options.system, options.processes, options.threads, server.url, bench.client)
+        fleet = Fleet(options.system, options.processes, options.threads, server.url, bench.client, logging=options.logging)
         fleet.launch()
         try:
             fleet.wait_registered()

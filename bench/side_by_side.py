@@ -55,6 +55,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import redis
 
@@ -81,6 +82,12 @@ PYTHON_ONLY_KINDS = {"cache-incr", "orm-get"}
 BENCH_DATABASE = Path("/tmp/jobsapp-bench/bench.sqlite3")
 SYSTEMS = {"sidekiq": "Sidekiq 6.4", "reliable": "jobsapp reliable", "basic": "jobsapp --fetch basic"}
 SWEEP_CONFIGS = [(1, 20), (4, 5)]
+#: --logging mode -> what the measure's name says of it
+LOGGING_LABELS = {
+    "quiet": "",
+    "fresh": ", INFO (default) logs",
+    "demo": ", INFO logs, demo LOGGING",
+}
 #: The window over which start-up's "full speed" is measured.
 STARTUP_WINDOW_SECONDS = 0.2
 #: Sidekiq's own default threads per process (``-c``).
@@ -91,6 +98,8 @@ STAGING_QUEUE = "staging"
 #: worker starts from cached bytecode (pip compiles on install, images run ``compileall``), and
 #: this keeps the source tree free of ``__pycache__`` even where PYTHONDONTWRITEBYTECODE is set.
 PYCACHE = Path("/tmp/jobsapp-bench/pycache")
+#: Where the workers' log lines go at ``--logging fresh`` or ``demo`` (a file, as a deployed worker's output).
+LOG_DIRECTORY = Path("/tmp/jobsapp-bench/logs")
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -135,6 +144,11 @@ class Fleet:
     #: False: the project's modules are compiled at every start (PYTHONDONTWRITEBYTECODE=1, no
     #: bytecode cache for them), as a source checkout run with that variable set
     bytecode: bool = True
+    #: "quiet": both systems log warnings only; "fresh": each system's default level (INFO: a start
+    #: and a done line per job), jobsapp in a project without ``LOGGING`` (runworkers' own
+    #: handler); "demo": the same with the demo project's ``LOGGING`` (a ``logging.StreamHandler``).
+    #: Lines go to a file under /tmp/jobsapp-bench/logs, as a deployed worker's output.
+    logging: str = "quiet"
 
     def __post_init__(self) -> None:
         self.commands: list[subprocess.Popen[bytes]] = []
@@ -150,7 +164,7 @@ class Fleet:
                 self.processes, self.threads = default_processes(), int(jobs_settings.CONCURRENCY)
 
     def launch(self) -> None:
-        env = {**python_environment(bytecode=self.bytecode), "REDIS_URL": self.redis_url, "LOG_LEVEL": "WARNING"}
+        env = {**python_environment(bytecode=self.bytecode), "REDIS_URL": self.redis_url, "BENCH_LOGGING": self.logging}
         if self.system == "sidekiq":
             command = ["sidekiq", "-r", str(RUBY_DIR / "jobs.rb"), "-c", str(self.threads), "-q", SERVED_QUEUE, "-t", "5"]
             copies = self.processes
@@ -160,10 +174,14 @@ class Fleet:
                 command += ["-P", str(self.processes), "-c", str(self.threads)]
             command += ["-q", SERVED_QUEUE, "--fetch", self.system, "-t", "5"]
             copies = 1
-        for _ in range(copies):
-            self.commands.append(
-                subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-            )
+        for copy in range(copies):
+            log: int | IO[bytes] = subprocess.DEVNULL
+            if self.logging != "quiet":
+                LOG_DIRECTORY.mkdir(parents=True, exist_ok=True)
+                log = (LOG_DIRECTORY / f"{self.system}-{copy}.log").open("wb")
+            self.commands.append(subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True))
+            if log is not subprocess.DEVNULL:
+                log.close()  # the child has its own descriptor
 
     def done(self) -> int:
         if self.system == "sidekiq":
@@ -257,11 +275,11 @@ class Bench:
     def release(self) -> None:
         self.client.rename(f"queue:{STAGING_QUEUE}", f"queue:{SERVED_QUEUE}")
 
-    def drain(self, system: str, kind: str, processes: int, threads: int, *, extras: bool) -> None:
+    def drain(self, system: str, kind: str, processes: int, threads: int, *, extras: bool, logging: str = "quiet") -> None:
         count = self.options.jobs
-        config = config_name(processes, threads)
+        config = config_name(processes, threads) + LOGGING_LABELS[logging]
         self.client.flushall()
-        fleet = Fleet(system, processes, threads, self.server.url, self.client)
+        fleet = Fleet(system, processes, threads, self.server.url, self.client, logging=logging)
         timeout = 60 + count / 200
         try:
             # from launch: the jobs wait in the queue before the workers exist
@@ -435,7 +453,8 @@ class Bench:
         configs = [(0, 0) if text == "defaults" else tuple(int(part) for part in text.split("x")) for text in options.configs]
         for round_number in range(options.rounds):
             print(f"round {round_number + 1}/{options.rounds}, load {os.getloadavg()[0]:.2f}", flush=True)
-            self.enqueue()
+            if not options.drains_only:
+                self.enqueue()
             if options.push_cost:
                 self.push_cost()
             systems = options.systems[round_number % len(options.systems) :] + options.systems[: round_number % len(options.systems)]
@@ -452,12 +471,13 @@ class Bench:
                     splits = SWEEP_CONFIGS if kind in ("incr", "plain-incr") else SWEEP_CONFIGS[:1]  # 4x5: the one-call jobs only
                     plan += [(processes, threads, [name for name in systems if name != "basic"]) for processes, threads in splits]
                 for processes, threads, names in plan:
-                    for system in names:
-                        if system == "sidekiq" and kind in PYTHON_ONLY_KINDS:
-                            continue
-                        extras = kind == "empty" and (processes, threads) == configs[0]
-                        self.drain(system, kind, processes, threads, extras=extras)
-                        print(f"  {kind} {config_name(processes, threads)} {system} done", flush=True)
+                    for logging in options.logging:
+                        for system in names:
+                            if system == "sidekiq" and (kind in PYTHON_ONLY_KINDS or logging == "demo"):
+                                continue  # Sidekiq has no Django side, and one default logging
+                            extras = kind == "empty" and (processes, threads) == configs[0] and logging == options.logging[0]
+                            self.drain(system, kind, processes, threads, extras=extras, logging=logging)
+                            print(f"  {kind} {config_name(processes, threads)}{LOGGING_LABELS[logging]} {system} done", flush=True)
         self.report(configs)
 
     def report(self, configs: list[tuple[int, ...]]) -> None:
@@ -578,6 +598,16 @@ def main() -> None:
         help="PxC, processes x threads (default 2x10); 'defaults': jobsapp with no -P/-c, Sidekiq one process per core with -c 10",
     )
     parser.add_argument("--sweep", action="store_true", help="also 1x20 and 4x5 (Sidekiq and reliable fetch)")
+    parser.add_argument(
+        "--logging",
+        nargs="+",
+        choices=list(LOGGING_LABELS),
+        default=["quiet"],
+        help="quiet (default): both systems log warnings only; fresh: each system's default level, INFO, a start and a "
+        "done line per job (jobsapp in a project without LOGGING: runworkers' own handler); demo: jobsapp with the demo "
+        "project's LOGGING at INFO (a logging.StreamHandler; Sidekiq skipped). Lines go to files under /tmp/jobsapp-bench/logs",
+    )
+    parser.add_argument("--drains-only", action="store_true", help="skip the enqueue measures of every round")
     parser.add_argument("--latency-seconds", type=float, default=5.0)
     parser.add_argument("--push-cost", action="store_true", help="also us per perform_async, p50 and p99")
     parser.add_argument("--startup", action="store_true", help="also seconds from launch to the first job done and to full speed")

@@ -1,6 +1,7 @@
 """Worker logs like Sidekiq's: one line per job start and finish, and every lifecycle event.
 
-``runworkers`` calls ``configure()`` before it starts. When the project has configured logging
+``runworkers`` calls ``configure()`` before it starts (in its main thread; the handler it installs
+is then written from any thread, and by ``jobsapp.log-flusher``). When the project has configured logging
 for the ``jobsapp`` loggers (a handler on ``jobsapp``, one of its children or the root logger,
 as ``settings.LOGGING`` usually does), that configuration is left as it is and only ``-v`` moves
 the level. Otherwise (a fresh ``startproject`` has no root handler, and Python's last-resort
@@ -26,8 +27,24 @@ root at INFO (WARNING at ``-v 0``), so users' loggers print too. A project with 
 ``LOGGING`` adds ``jobsapp.logs.JobContextFilter`` to its handlers and names ``%(job_context)s``
 (``class=… jid=… `` inside a job, empty outside) or ``%(jid)s`` in its format.
 
-The per-job lines cost nothing when INFO is off: the processor asks ``isEnabledFor`` once per
-job and builds no ``extra`` dict otherwise (the engine benchmark runs at WARNING).
+The per-job lines cost little at INFO and nothing when INFO is off (the processor asks
+``isEnabledFor`` once, when it is built). A worker runs thousands of jobs a second, and what
+``logger.info`` does per call costs more than an empty job: ``JobLines.started`` and ``finished``
+build the record themselves (the caller's frame read directly, no ``findCaller`` walk, no
+``LogRecord.__init__``) and hand it to ``Logger.handle``, so every handler, filter and
+``caplog`` sees the same record as before (``msg``, ``args``, the ``extra`` fields). Writing one
+line per ``write`` and ``flush`` in ten threads cost more again: each system call lets the GIL go,
+and the threads queue behind the handler's lock. runworkers' own handler is therefore a
+``BufferedStreamHandler``: its lines are formatted in the calling thread and written in batches by
+one thread (``jobsapp.log-flusher``), at most ``flush_interval_seconds`` (0.1 s) after they were
+made; a WARNING or worse is written at once, with every line before it, in order. Its buffer is
+written before a fork, at exit (``logging.shutdown``, which the ``-P`` children call too) and by
+``flush()``; a process killed outright loses at most the last 0.1 s of INFO lines, as with any
+buffered stream. A project's own ``LOGGING`` can name it (``"class":
+"jobsapp.logs.BufferedStreamHandler"``, with ``TextFormatter`` or ``JsonFormatter``). When every
+handler a per-job record would reach is such a pair (filtered by ``JobContextFilter`` at most),
+``JobLines`` writes the formatters' very line without making a record at all. The text formatter
+caches the UTC second it prints (no ``strftime`` per line).
 """
 
 from __future__ import annotations
@@ -35,8 +52,11 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import os
 import sys
+import threading
 import time
+import weakref
 from typing import Any, TextIO
 
 LOGGER_NAME = "jobsapp"
@@ -95,19 +115,46 @@ def project_configured(logger: logging.Logger) -> bool:
     return logger.hasHandlers()
 
 
+#: (UTC second, its "YYYY-MM-DDTHH:MM:SS" text): the last second a line was stamped with.
+_stamped_second: tuple[int, str] = (-1, "")
+
+
+def utc_stamp(created: float, msecs: float) -> str:
+    """``created`` as ``2026-11-22T16:30:00.123Z``; the second's text is made once per second."""
+    global _stamped_second
+    second = int(created)
+    cached = _stamped_second
+    if cached[0] != second:
+        cached = _stamped_second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{cached[1]}.{int(msecs):03d}Z"
+
+
 class TextFormatter(logging.Formatter):
-    """``<UTC ISO time> pid=<pid> tid=<thread> <LEVEL> <logger>: <message>``."""
+    """``<UTC ISO time> pid=<pid> tid=<thread> <LEVEL> <logger>: <message>``, then the traceback
+    and the stack, as ``logging.Formatter`` appends them."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s pid=%(process)d tid=%(threadName)s %(levelname)s %(name)s: %(job_context)s%(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        if not hasattr(record, "job_context"):  # a handler without JobContextFilter
-            record.job_context = ""
-        return super().format(record)
+        record.message = record.getMessage()
+        record.asctime = utc_stamp(record.created, record.msecs)
+        job_context = getattr(record, "job_context", "")  # "" from a handler without JobContextFilter
+        head = f"{record.asctime} pid={record.process} tid={record.threadName} {record.levelname} {record.name}"
+        text = f"{head}: {job_context}{record.message}"
+        return self._with_traceback(record, text)
+
+    def _with_traceback(self, record: logging.LogRecord, text: str) -> str:
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            text = f"{text}\n{record.exc_text}"
+        if record.stack_info:
+            text = f"{text}\n{self.formatStack(record.stack_info)}"
+        return text
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+        return utc_stamp(record.created, record.msecs)
 
 
 class JsonFormatter(TextFormatter):
@@ -115,7 +162,7 @@ class JsonFormatter(TextFormatter):
 
     def format(self, record: logging.LogRecord) -> str:
         document: dict[str, Any] = {
-            "time": self.formatTime(record),
+            "time": utc_stamp(record.created, record.msecs),
             "pid": record.process,
             "thread": record.threadName,
             "level": record.levelname,
@@ -127,7 +174,272 @@ class JsonFormatter(TextFormatter):
                 document[key] = value
         if record.exc_info:
             document["exception"] = self.formatException(record.exc_info)
-        return json.dumps(document, default=str, separators=(",", ":"))
+        return _encode_json(document)
+
+
+#: ``json.dumps(document, default=str, separators=(",", ":"))``, without a new encoder per call.
+_encode_json = json.JSONEncoder(default=str, separators=(",", ":")).encode
+
+
+class BufferedStreamHandler(logging.StreamHandler):
+    """A ``StreamHandler`` whose lines are written in batches (see the module's header): formatted
+    in the calling thread, written by ``jobsapp.log-flusher`` at most ``flush_interval_seconds``
+    later, or at once for a WARNING or worse (after every line before it) and when
+    ``max_pending_lines`` wait. ``flush()`` writes what waits; a line is never dropped, only late."""
+
+    flush_interval_seconds = 0.1
+    max_pending_lines = 1000
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        super().__init__(stream)
+        self._pending: list[str] = []
+        self._armed = False  # the flusher will write this handler's lines
+        self._write_lock = threading.Lock()  # taken before self.lock: one batch written at a time, in order
+        _buffered_handlers.add(self)
+
+    def handle(self, record: logging.LogRecord) -> logging.LogRecord | bool:  # type: ignore[override]  # 3.12's signature
+        """As ``Handler.handle``, without holding the handler's lock while formatting."""
+        kept = self.filter(record)
+        if isinstance(kept, logging.LogRecord):
+            record = kept
+        if kept:
+            self.emit(record)
+        return kept
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:  # noqa: BLE001  # logging's contract: a bad record is reported, never raised
+            self.handleError(record)
+            return
+        self.append_line(line, record.levelno)
+
+    def append_line(self, line: str, levelno: int) -> None:
+        """Write a formatted line (without its terminator) at the next flush, or at once for a
+        WARNING or worse."""
+        with self.lock:  # type: ignore[union-attr]  # made by Handler.__init__
+            self._pending.append(line + self.terminator)
+            now = levelno >= logging.WARNING or len(self._pending) >= self.max_pending_lines
+            arm = not now and not self._armed
+            if arm:
+                self._armed = True
+        if now:
+            self.flush()
+        elif arm:
+            _flusher.arm(self)
+
+    def flush(self) -> None:
+        with self._write_lock:
+            with self.lock:  # type: ignore[union-attr]
+                pending, self._pending = self._pending, []
+                self._armed = False
+            stream = self.stream
+            if stream is None:
+                return
+            try:
+                if pending:
+                    stream.write("".join(pending))
+                if hasattr(stream, "flush"):
+                    stream.flush()
+            except (OSError, ValueError):  # a closed or broken stream: logging's own emit reports and goes on
+                self.handleError(logging.makeLogRecord({"msg": "%d buffered log lines not written", "args": (len(pending),)}))
+
+    def setStream(self, stream: TextIO) -> TextIO | None:
+        self.flush()  # the waiting lines go where they were meant to
+        return super().setStream(stream)
+
+
+#: Every BufferedStreamHandler of this process: written before a fork.
+_buffered_handlers: weakref.WeakSet[BufferedStreamHandler] = weakref.WeakSet()
+
+
+class _Flusher:
+    """The ``jobsapp.log-flusher`` thread of this process: sleeps until a handler has a line
+    waiting, lets ``flush_interval_seconds`` pass, writes every waiting handler, sleeps again.
+    Started at its first line in each process (a forked child starts its own)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._due: list[BufferedStreamHandler] = []
+        self._wake = threading.Event()
+        self._pid = 0
+
+    def arm(self, handler: BufferedStreamHandler) -> None:
+        with self._lock:
+            self._due.append(handler)
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="jobsapp.log-flusher", daemon=True).start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            time.sleep(BufferedStreamHandler.flush_interval_seconds)
+            with self._lock:
+                self._wake.clear()
+                due, self._due = self._due, []
+            for handler in due:
+                handler.flush()
+
+    def after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+        self._due = []
+        self._wake = threading.Event()
+        self._pid = 0
+
+
+_flusher = _Flusher()
+
+
+def _flush_before_fork() -> None:
+    for handler in list(_buffered_handlers):
+        handler.flush()
+
+
+#: This process's id, without a system call per line (refreshed in a forked child).
+_process_id = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    global _process_id
+    _process_id = os.getpid()
+    _flusher.after_fork_in_child()
+    for handler in list(_buffered_handlers):
+        handler._write_lock = threading.Lock()
+        handler._pending = []
+        handler._armed = False
+
+
+os.register_at_fork(before=_flush_before_fork, after_in_child=_after_fork_in_child)
+
+
+class JobLines:
+    """The per-job lines of a logger (``jobsapp.processor``): ``started`` and ``finished`` make
+    the records ``logger.info(message, *args, extra=fields)`` would make, for less (see the
+    module's header). The caller asks ``logger.isEnabledFor(logging.INFO)`` first."""
+
+    STARTED = "class=%s jid=%s queue=%s start"
+    FINISHED = "class=%s jid=%s queue=%s elapsed_ms=%.1f done"
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        #: thread id -> (process id, thread name, the record fields that stay the same in that thread)
+        self._per_thread: dict[int, tuple[int, str, dict[str, Any]]] = {}
+
+    def started(self, class_name: str, jid: str, queue: str) -> None:
+        self._handle(self.STARTED, (class_name, jid, queue), {"job_class": class_name, "jid": jid, "queue": queue})
+
+    def finished(self, class_name: str, jid: str, queue: str, elapsed_seconds: float) -> None:
+        milliseconds = round(elapsed_seconds * 1000, 1)
+        fields = {"job_class": class_name, "jid": jid, "queue": queue, "elapsed_ms": milliseconds}
+        self._handle(self.FINISHED, (class_name, jid, queue, milliseconds), fields)
+
+    def _handle(self, message: str, args: tuple[Any, ...], fields: dict[str, Any]) -> None:
+        nanoseconds = time.time_ns()
+        direct = self._direct_handlers()
+        if direct is not None:  # only this module's handlers and formatters: the line, without a record
+            self._write_direct(direct, nanoseconds, message % args, fields)
+            return
+        caller = sys._getframe(2)  # the caller of started() or finished()
+        record = _new_record()
+        values = record.__dict__
+        values.update(self._thread_fields())
+        code = caller.f_code
+        values["pathname"] = code.co_filename
+        values["filename"], values["module"] = _file_and_module(code.co_filename)
+        values["funcName"] = code.co_name
+        values["lineno"] = caller.f_lineno
+        values["msg"] = message
+        values["args"] = args
+        values["created"] = nanoseconds / 1e9
+        values["msecs"] = (nanoseconds % 1_000_000_000) // 1_000_000 + 0.0
+        values["relativeCreated"] = (nanoseconds - logging._startTime) / 1e6  # type: ignore[attr-defined]  # as LogRecord's
+        values.update(fields)
+        self.logger.handle(record)
+
+    def _direct_handlers(self) -> list[BufferedStreamHandler] | None:
+        """The handlers an INFO record of this logger would reach, when each is a
+        ``BufferedStreamHandler`` formatting with ``TextFormatter`` or ``JsonFormatter`` and
+        filtering with ``JobContextFilter`` only (runworkers' own handler, or a project's
+        ``LOGGING`` naming them): their lines can be made without a record. Else None: another
+        handler (a project's, pytest's ``caplog``) gets the record itself."""
+        logger: logging.Logger | None = self.logger
+        if logger is None or logger.filters or logger.disabled or not (logging.logThreads and logging.logProcesses):
+            return None
+        found: list[BufferedStreamHandler] = []
+        while logger is not None:
+            for handler in logger.handlers:
+                if handler.level > logging.INFO:
+                    continue
+                if type(handler) is not BufferedStreamHandler or type(handler.formatter) not in _DIRECT_FORMATTERS:
+                    return None
+                if any(type(each) is not JobContextFilter for each in handler.filters):
+                    return None
+                found.append(handler)
+            logger = logger.parent if logger.propagate else None
+        return found if found else None  # none: logging's last resort decides, as for any record
+
+    def _write_direct(self, handlers: list[BufferedStreamHandler], nanoseconds: int, message: str, fields: dict[str, Any]) -> None:
+        """The lines ``TextFormatter`` and ``JsonFormatter`` would make of this record."""
+        stamp = utc_stamp(nanoseconds // 1_000_000_000, (nanoseconds % 1_000_000_000) // 1_000_000)
+        thread = threading.current_thread().name
+        name = self.logger.name
+        text = json_text = None
+        for handler in handlers:
+            if type(handler.formatter) is JsonFormatter:
+                if json_text is None:
+                    document = {"time": stamp, "pid": _process_id, "thread": thread, "level": "INFO", "logger": name, "message": message}
+                    json_text = _encode_json({**document, **fields})
+                handler.append_line(json_text, logging.INFO)
+            else:
+                if text is None:
+                    text = f"{stamp} pid={_process_id} tid={thread} INFO {name}: {message}"
+                handler.append_line(text, logging.INFO)
+
+    def _thread_fields(self) -> dict[str, Any]:
+        ident = threading.get_ident()
+        name = threading.current_thread().name
+        known = self._per_thread.get(ident)
+        if known is None or known[0] != _process_id or known[1] != name:
+            probe = logging.LogRecord(self.logger.name, logging.INFO, "", 0, "", (), None)  # what logging would say
+            fields = {
+                "name": self.logger.name,
+                "levelno": logging.INFO,
+                "levelname": logging.getLevelName(logging.INFO),
+                "exc_info": None,
+                "exc_text": None,
+                "stack_info": None,
+                "thread": probe.thread,
+                "threadName": probe.threadName,
+                "process": probe.process,
+                "processName": probe.processName,
+                "taskName": None,
+            }
+            known = self._per_thread[ident] = (_process_id, name, fields)
+        asyncio = sys.modules.get("asyncio")
+        if logging.logAsyncioTasks and asyncio is not None and asyncio._get_running_loop() is not None:  # type: ignore[attr-defined]
+            task = asyncio.current_task()
+            return {**known[2], "taskName": task.get_name() if task is not None else None}
+        return known[2]
+
+
+_DIRECT_FORMATTERS = (TextFormatter, JsonFormatter)
+
+
+def _new_record() -> logging.LogRecord:
+    return logging.LogRecord.__new__(logging.LogRecord)
+
+
+_files: dict[str, tuple[str, str]] = {}
+
+
+def _file_and_module(pathname: str) -> tuple[str, str]:
+    known = _files.get(pathname)
+    if known is None:
+        filename = os.path.basename(pathname)
+        known = _files[pathname] = (filename, os.path.splitext(filename)[0])
+    return known
 
 
 #: The handler ``configure`` installed (so a second call replaces it instead of doubling lines).
@@ -144,13 +456,14 @@ def configure(*, verbosity: int = 1, log_format: str = "text", stream: TextIO | 
     logger = logging.getLogger(LOGGER_NAME)
     root = logging.getLogger()
     if _installed is not None:
+        _installed.flush()
         root.removeHandler(_installed)
         _installed = None
     if project_configured(logger):
         if verbosity != 1:  # the project's own level stands unless -v says otherwise
             logger.setLevel(level_for(verbosity))
         return None
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = BufferedStreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(JobContextFilter())
     root.addHandler(handler)

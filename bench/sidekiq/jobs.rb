@@ -2,7 +2,8 @@
 #
 # The job bodies are the same as bench/jobs.py's: empty; one Redis INCR on the job's own pool
 # connection; one INCR through a plain Redis.new client made in this file; a 1 ms sleep; a fixed CPU loop (calibrated by the benchmark to ~100 us in each
-# language) plus one INCR; a latency probe. Logging is at WARN, as in Sidekiq's own load test.
+# language) plus one INCR; a latency probe. Logging is at WARN, as in Sidekiq's own load test, unless
+# BENCH_LOGGING asks for Sidekiq's default (INFO: a start and a done line per job).
 #
 # Completion: Sidekiq flushes its `stat:processed` counter only every 5 s, so a server middleware
 # counts finished jobs in memory and one thread per process writes the count to
@@ -47,7 +48,7 @@ module Bench
 end
 
 Sidekiq.configure_server do |config|
-  Sidekiq.logger.level = Logger::WARN
+  Sidekiq.logger.level = Logger::WARN if ENV.fetch("BENCH_LOGGING", "quiet") == "quiet" # else its default, INFO
   config.server_middleware { |chain| chain.add Bench::Counting }
   config.on(:startup) do
     Thread.new do

@@ -146,6 +146,7 @@ class Processor:
         self.filed_stuck: list[UnitOfWork] = []
         # Asked once: runworkers sets the level before it builds the processor (jobsapp.logs).
         self.log_jobs = logger.isEnabledFor(logging.INFO)
+        self.job_lines = logs.JobLines(logger)
         # JOBSAPP["QUEUE_LIMITS"]: queue -> jobs of it running at once, across every process
         problem = limiter.queue_limits_problem(jobs_settings.QUEUE_LIMITS)
         if problem:  # the worker does not start: every job of that queue would fail otherwise
@@ -248,8 +249,7 @@ class Processor:
         """Run an admitted job through the server chain; its outcome goes to one handler."""
         unit, item, jid, class_name = admitted.unit, admitted.item, admitted.jid, admitted.class_name
         if self.log_jobs:
-            fields = {"job_class": class_name, "jid": jid, "queue": unit.queue}
-            logger.info("class=%s jid=%s queue=%s start", class_name, jid, unit.queue, extra=fields)
+            self.job_lines.started(class_name, jid, unit.queue)
         # its features hear it start; a ValueError (a garbled timeout) parks it in the dead set (process)
         ending.start(self.policy.client, item)
         database_used = _connections.database_used
@@ -308,10 +308,7 @@ class Processor:
         ending.finish(self.policy.client, admitted.item, Fate.SUCCEEDED)
         elapsed = time.monotonic() - admitted.started
         if self.log_jobs:
-            unit, class_name, jid = admitted.unit, admitted.class_name, admitted.jid
-            milliseconds = round(elapsed * 1000, 1)
-            fields = {"job_class": class_name, "jid": jid, "queue": unit.queue, "elapsed_ms": milliseconds}
-            logger.info("class=%s jid=%s queue=%s elapsed_ms=%.1f done", class_name, jid, unit.queue, milliseconds, extra=fields)
+            self.job_lines.finished(admitted.class_name, admitted.jid, admitted.unit.queue, elapsed)
         return admitted.result(acknowledge=True, failed=False)
 
     def _on_no_retry(self, admitted: _Admitted, exc: NoRetryError) -> Result:

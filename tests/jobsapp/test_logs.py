@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
 import signal
 import time
@@ -49,14 +50,17 @@ def unconfigured(monkeypatch):
 def test_an_unconfigured_project_gets_a_handler_with_time_pid_thread_and_level(unconfigured):
     unconfigured()
     stream = io.StringIO()
-    assert logs.configure(verbosity=1, stream=stream) is not None
+    handler = logs.configure(verbosity=1, stream=stream)
+    assert handler is not None
     logging.getLogger("jobsapp.processor").info("class=%s jid=%s done", "app.jobs.X", "abc")
     logging.getLogger("jobsapp.processor").debug("not at -v 1")
+    handler.flush()  # INFO lines are written in batches
     [line] = stream.getvalue().splitlines()
     assert LINE.match(line) and line.endswith("INFO jobsapp.processor: class=app.jobs.X jid=abc done"), line
     # Configuring twice (a test, a restart) replaces the handler instead of doubling lines
-    logs.configure(verbosity=2, stream=stream)
+    handler = logs.configure(verbosity=2, stream=stream)
     logging.getLogger("jobsapp.launcher").debug("now at -v 2")
+    handler.flush()
     assert stream.getvalue().count("\n") == 2 and "now at -v 2" in stream.getvalue()
 
 
@@ -70,9 +74,10 @@ def test_verbosity_sets_the_level(unconfigured, verbosity, level):
 def test_json_lines_carry_the_extra_fields(unconfigured):
     unconfigured()
     stream = io.StringIO()
-    logs.configure(log_format="json", stream=stream)
+    handler = logs.configure(log_format="json", stream=stream)
     fields = {"job_class": "app.jobs.X", "jid": "0123456789abcdef01234567", "queue": "default", "elapsed_ms": 12.5}
     logging.getLogger("jobsapp.processor").info("class=%s done", "app.jobs.X", extra=fields)
+    handler.flush()
     document = json.loads(stream.getvalue())
     assert document["message"] == "class=app.jobs.X done" and document["level"] == "INFO"
     assert {"time", "pid", "thread", "logger"} <= set(document)
@@ -145,11 +150,12 @@ def test_records_of_any_logger_made_inside_a_job_carry_its_class_and_jid(unconfi
     # Given runworkers' handler in a project without logging configuration
     unconfigured()
     stream = io.StringIO()
-    logs.configure(log_format=log_format, stream=stream)
+    handler = logs.configure(log_format=log_format, stream=stream)
     # When a user's own logger logs inside a job's context, and outside any job
     with logs.job_context(class_name="app.jobs.Charge", jid="0123456789abcdef01234567"):
         logging.getLogger("app.billing").info("charged %s", "bob")
     logging.getLogger("app.billing").info("between jobs")
+    handler.flush()
     inside, outside = stream.getvalue().splitlines()
     # Then the line made inside names the job, the other does not
     if log_format == "json":
@@ -226,3 +232,123 @@ def test_a_worker_at_verbosity_0_logs_a_failure_with_its_traceback(redis_server,
     # Then the warning and its traceback are in the output, and no INFO line is
     assert re.search(rf"WARNING jobsapp\.processor: class=\S+\.Explode jid={jid} .* fail \(retry\)", output)
     assert "Traceback (most recent call last)" in output and " INFO " not in output
+
+
+def test_buffered_info_lines_are_written_within_the_interval_and_a_warning_at_once_after_them():
+    # Given a buffered handler on a logger of its own
+    stream = io.StringIO()
+    handler = logs.BufferedStreamHandler(stream)
+    handler.setFormatter(logs.TextFormatter())
+    logger = logging.getLogger("tests.buffered")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        # When an INFO line is logged, Then it waits, and the flusher writes it soon after
+        logger.info("first")
+        assert stream.getvalue() == ""
+        wait_until(lambda: "first" in stream.getvalue(), timeout_seconds=5, message="the flusher wrote the line")
+        # When INFO lines are followed by a WARNING, Then all are written at once, in order
+        logger.info("second")
+        logger.info("third")
+        logger.warning("fourth")
+        messages = [line.rsplit(": ", 1)[1] for line in stream.getvalue().splitlines()]
+        assert messages == ["first", "second", "third", "fourth"]
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_line_waiting_at_a_fork_is_written_once_and_the_child_writes_its_own(tmp_path):
+    # Given a buffered handler writing to a file, with a line waiting
+    path = tmp_path / "worker.log"
+    with path.open("w") as stream:
+        handler = logs.BufferedStreamHandler(stream)
+        logger = logging.getLogger("tests.forked")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        try:
+            logger.info("before the fork")
+            # When the process forks and the child logs a line and leaves without flushing
+            child = os.fork()
+            if child == 0:  # pragma: no cover  # the child process
+                logger.info("in the child")
+                time.sleep(logs.BufferedStreamHandler.flush_interval_seconds * 5)
+                os._exit(0)
+            os.waitpid(child, 0)
+            handler.flush()
+        finally:
+            logger.removeHandler(handler)
+            logger.propagate = True
+    # Then the waiting line was written once, and the child's line by the child's own flusher
+    assert path.read_text().splitlines() == ["before the fork", "in the child"]
+
+
+def _record_of(call, logger_name: str) -> logging.LogRecord:
+    records: list[logging.LogRecord] = []
+    capture = logging.Handler()
+    capture.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger(logger_name)
+    logger.addHandler(capture)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        call(logger)
+    finally:
+        logger.removeHandler(capture)
+        logger.propagate = True
+    (record,) = records
+    return record
+
+
+def test_a_job_line_is_the_record_logger_info_would_make():
+    # Given the done line made by logger.info with its extra fields, and by JobLines
+    fields = {"job_class": "app.jobs.X", "jid": "0123456789abcdef01234567", "queue": "default", "elapsed_ms": 12.3}
+    expected = _record_of(
+        lambda logger: logger.info(logs.JobLines.FINISHED, "app.jobs.X", fields["jid"], "default", 12.3, extra=fields), "tests.joblines"
+    )
+    made = _record_of(lambda logger: logs.JobLines(logger).finished("app.jobs.X", fields["jid"], "default", 0.0123), "tests.joblines")
+    # Then every attribute a handler or formatter reads is the same, but the time and the line
+    different = {"created", "msecs", "relativeCreated", "lineno"}
+    assert set(made.__dict__) == set(expected.__dict__)
+    assert {key: value for key, value in made.__dict__.items() if key not in different} == {
+        key: value for key, value in expected.__dict__.items() if key not in different
+    }
+    assert made.getMessage() == "class=app.jobs.X jid=0123456789abcdef01234567 queue=default elapsed_ms=12.3 done"
+    assert abs(made.created - expected.created) < 5 and made.funcName == "<lambda>" and made.filename == "test_logs.py"
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_runworkers_handler_writes_job_lines_as_its_formatter_would(unconfigured, log_format):
+    # Given runworkers' handler (job lines are then written without a record)
+    unconfigured()
+    stream = io.StringIO()
+    handler = logs.configure(log_format=log_format, stream=stream)
+    assert handler is not None
+    lines = logs.JobLines(logging.getLogger("jobsapp.processor"))
+    # When a job starts and finishes, and the same lines go through the handler as records
+    lines.started("app.jobs.X", "0123456789abcdef01234567", "default")
+    lines.finished("app.jobs.X", "0123456789abcdef01234567", "default", 0.0125)
+    fields = {"job_class": "app.jobs.X", "jid": "0123456789abcdef01234567", "queue": "default"}
+    processor = logging.getLogger("jobsapp.processor")
+    processor.info(logs.JobLines.STARTED, "app.jobs.X", fields["jid"], "default", extra=fields)
+    processor.info(logs.JobLines.FINISHED, "app.jobs.X", fields["jid"], "default", 12.5, extra={**fields, "elapsed_ms": 12.5})
+    handler.flush()
+    # Then both ways make the same lines, but for the time
+    direct_start, direct_done, record_start, record_done = stream.getvalue().splitlines()
+    if log_format == "json":
+        documents = [json.loads(line) for line in (direct_start, direct_done, record_start, record_done)]
+        for document in documents:
+            document.pop("time")
+        assert documents[0] == documents[2] and documents[1] == documents[3]
+        assert list(documents[1]) == list(documents[3])  # the same keys in the same order
+        assert documents[1]["elapsed_ms"] == 12.5 and documents[1]["jid"] == fields["jid"]
+    else:
+        assert LINE.match(direct_start) and LINE.match(direct_done)
+        assert direct_start.split(" ", 1)[1] == record_start.split(" ", 1)[1]
+        assert direct_done.split(" ", 1)[1] == record_done.split(" ", 1)[1]
+        assert direct_done.endswith(
+            "INFO jobsapp.processor: class=app.jobs.X jid=0123456789abcdef01234567 queue=default elapsed_ms=12.5 done"
+        )
