@@ -138,8 +138,11 @@ class Heartbeat(PollingComponent):
         if self._active_at is not None and started - self._active_at > self.ttl_seconds:
             self._fence(f"this process did not run for {started - self._active_at:.1f} s, past its heartbeat TTL of {self.ttl_seconds} s")
             return self.interval_seconds
-        follow_sentinel_master()  # with Sentinel: leave a replaced master within a beat
-        self._beat()
+        try:
+            follow_sentinel_master()  # with Sentinel: leave a replaced master within a beat
+            self._beat()
+        finally:  # failed or not, the thread ran: only a stretch with no poll at all is a gap
+            self._active_at = self.clock.monotonic()
         if self.clock.monotonic() - started > self.ttl_seconds:  # stalled inside the beat: look again at once
             return 0.0
         return self.interval_seconds

@@ -1,15 +1,16 @@
-"""Scenario 20: a worker paused past its heartbeat TTL comes back to find its jobs taken.
+"""Scenario 20: a worker declared dead while it lives (paused past its heartbeat TTL, or its
+in-flight list recovered by another process) fences itself.
 
 The red-team case scaled down: SIGSTOP for 75 s past a 60 s heartbeat becomes a pause of
-``PAUSE_SECONDS`` past a 3 s TTL (``FAST_LIVENESS``). Given worker A (``-P 1``, or ``-P 2`` paused
-as a family) running two jobs
-that work in 50 ms steps inside ``concurrent("s20-pair", 2)``, When A is SIGSTOPped, worker B
-starts, B's sweeper recovers A's jobs (releasing A's two slots) and B runs them and a fresh job
-in the freed slots, and A is then resumed (SIGCONT), Then A fences itself: its old runs do no
-more work, nothing it held is released by it, it restarts as a new identity (``-P 1``: same
-pid; ``-P 2``: its supervisor starts new children) and the
-limit of 2 is never exceeded. Jobs run twice only as at-least-once requires: the two A was
-running when it was declared dead started again in B, and each finished once.
+``PAUSE_SECONDS`` past a 3 s TTL (``FAST_LIVENESS``). Given worker A (``-P 1``, or ``-P 2``
+paused as a family) running two jobs that work in 50 ms steps inside
+``concurrent("s20-pair", 2)``, When A is SIGSTOPped, worker B starts, B's sweeper recovers A's
+jobs (releasing A's two slots) and B runs them and a fresh job in the freed slots, and A is
+then resumed (SIGCONT), Then A fences itself: its old runs do no more work, nothing it held is
+released by it, it restarts as a new identity (``-P 1``: same pid; ``-P 2``: its supervisor
+starts new children) and the runs holding slots never exceed 2. Jobs run twice only as
+at-least-once requires: the two A was running when it was declared dead started again in B,
+and each finished once.
 
 Holders are measured from the jobs' own steps (``ledger:ticks``): a run holds a slot from its
 first step to its last. A's old runs are counted apart: the steps they take after the resume
@@ -17,6 +18,9 @@ are work done without a slot. Each may take the one step it wakes into: SIGCONT 
 thread of A at once, and a job thread that gets the interpreter before the heartbeat thread
 runs that step (a millisecond) before A fences itself; no step after that. Without fencing
 they take every step they have left (scenario 20's "guards against").
+
+Two more cases: a quiet ``-P 1`` fenced after a pause comes back quiet; a live worker whose
+in-flight list another process recovers fences itself at its next beat.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import time
 import pytest
 
 from jobsapp import keys
+from jobsapp.connection import get_redis
+from jobsapp.worker.recovery import recover_list
 from tests.faults.conftest import FAST_LIVENESS
 from tests.faults.jobs import ATTEMPTS, DONE, LedgerJob
 from tests.faults.ledger import check
@@ -172,3 +178,29 @@ def test_a_quiet_single_process_fenced_after_a_pause_comes_back_quiet(redis, led
     assert ledger.hlen(ATTEMPTS) == 0 and redis.llen("queue:default") == 5
     assert paused.stop() == 0
     measure("20 quiet -P 1 fenced after a pause", restarted_quiet=1, jobs_run_while_quiet=0)
+
+
+def test_a_process_whose_in_flight_list_was_recovered_while_it_ran_fences_itself(redis, ledger, start_worker, measure):
+    # Given a -P 1 worker of one thread running a 3 s job (it fetches nothing more meanwhile)
+    worker = start_worker(["-P", "1", "-c", "1", "-t", "5"], overrides=FAST_LIVENESS)
+    first_identity = worker.identity
+    LedgerJob.perform_async("s20-taken", 3_000)
+    wait_until(lambda: ledger.hget(ATTEMPTS, "s20-taken") == b"1", timeout_seconds=15, message="the job started")
+    # When another process recovers its in-flight list while it is alive (a sweeper that judged
+    # it dead: a network partition past its TTL, say), putting the job back on its queue
+    assert recover_list(get_redis(), first_identity) == (1, 0)
+    recovered_at = time.monotonic()
+    # Then it notices at its next beat, stops the job, and restarts as a new identity
+    wait_until(lambda: "its in-flight list was recovered by another process" in worker.output, timeout_seconds=10, message="it fenced")
+    fenced_seconds = time.monotonic() - recovered_at
+    # And the job, back on its queue, runs again and finishes once
+    wait_until(lambda: ledger.hget(DONE, "s20-taken") == b"1", timeout_seconds=20, message="the job finished")
+    time.sleep(3.5)  # the first run would have finished by now had it not been stopped
+    assert int(ledger.hget(DONE, "s20-taken")) == 1 and int(ledger.hget(ATTEMPTS, "s20-taken")) == 2
+    assert worker.identity != first_identity or any(
+        identity != first_identity and worker.info(identity).get("pid") == worker.pid for identity in worker.redis.smembers("processes")
+    )
+    report = check(redis, ledger, ["s20-taken"])
+    report.assert_clean()
+    assert worker.stop() == 0
+    measure("20 in-flight list recovered from a live process", fenced_seconds=round(fenced_seconds, 1), finished_twice=report.duplicates)
