@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -322,6 +323,15 @@ class Table:
 
 
 TABLE = Table.of(FEATURES)
+#: Any keyed row's payload key as it appears in a job's JSON (quoted), for ``may_hear``.
+_ANY_KEY = re.compile(b"|".join(re.escape(f'"{row.key}"'.encode()) for row in FEATURES if row.key is not None))
+
+
+def may_hear(raw: bytes) -> bool:
+    """Whether ``finish`` could tell anyone of the job stored as ``raw``: server middleware is
+    configured, or its bytes name a feature's payload key. A test of bytes before any decoding,
+    for an operator's clear of many jobs (a false yes only costs the decoding)."""
+    return bool(server_chain().instances()) or _ANY_KEY.search(raw) is not None
 
 
 def admit(client: redis.Redis, item: Item) -> Fate | None:
@@ -441,4 +451,4 @@ def finish_outcome(
 
 
 __all__ = ["FEATURES", "TABLE", "DeadReason", "Ending", "Fate", "Feature", "JobDeleted", "Run", "Table"]
-__all__ += ["admit", "finish", "finish_outcome", "guard", "put_back", "run", "start"]
+__all__ += ["admit", "finish", "finish_outcome", "guard", "may_hear", "put_back", "run", "start"]

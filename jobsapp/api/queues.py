@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from .. import keys
 from ..connection import as_text, get_redis
-from ..ending import Fate
+from ..ending import Fate, may_hear
 from .endings import ended
 from .guard import translate_errors
 from .records import JobRecord, Page, clamp_page
@@ -206,6 +206,6 @@ class Queue:
                 break  # workers took the rest
             dropped += len(raws)
             remaining -= len(raws)
-            ended(client, [JobRecord(raw, queue=self.name) for raw in raws], Fate.DELETED)
+            ended(client, [JobRecord(raw, queue=self.name) for raw in raws if may_hear(raw)], Fate.DELETED)
         client.srem(keys.QUEUES, self.name)
         return dropped

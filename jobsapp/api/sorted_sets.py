@@ -33,7 +33,7 @@ from typing import Any, cast
 from .. import keys, scripts
 from ..conf import jobs_settings
 from ..connection import get_redis
-from ..ending import Fate
+from ..ending import Fate, may_hear
 from ..outcomes import DeadReason
 from ..payload import compact_json
 from .endings import ended, moved_to_queue
@@ -313,7 +313,7 @@ class JobSet:
                 break  # the scheduler moved the rest
             dropped += len(members)
             remaining -= len(members)
-            ended(client, self._entries(members), Fate.DELETED)
+            ended(client, self._entries([(raw, score) for raw, score in members if may_hear(raw)]), Fate.DELETED)
         return dropped
 
     def _apply_all(self, action: str, *, class_name: str | None, substring: str | None) -> int:

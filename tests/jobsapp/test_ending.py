@@ -494,3 +494,15 @@ def test_a_job_an_operator_sends_to_its_queue_is_put_back_not_ended(redis, heard
     record = results.get(jid)
     assert record is not None and record.status == "queued"
     assert heard == [("on_requeue", jid, "operator")]
+
+
+def test_a_clear_decodes_only_the_jobs_someone_could_hear(redis):
+    # Given no server middleware, a plain job's bytes and a batch job's bytes
+    plain = b'{"class":"X","args":["bid"],"queue":"default","jid":"000000000000000000000001"}'
+    in_a_batch = b'{"class":"X","args":[],"queue":"default","jid":"000000000000000000000002","bid":"b1"}'
+    # Then only the batch job needs decoding (a key's name as an argument is a harmless false yes)
+    assert not ending.may_hear(plain.replace(b'"bid"', b'"b"'))
+    assert ending.may_hear(in_a_batch) and ending.may_hear(plain)
+    # And with server middleware configured, every job may be heard
+    middleware.server_chain().add(Heard)
+    assert ending.may_hear(plain.replace(b'"bid"', b'"b"'))
