@@ -234,6 +234,17 @@ def notify(hook: str, *args: Any, **kwargs: Any) -> None:
             logger.exception("server middleware %s.%s failed", type(middleware).__name__, hook)
 
 
+def call_death_handlers(item: Item, exception: BaseException | None) -> None:
+    """Call every ``JOBSAPP["DEATH_HANDLERS"]`` callable with ``(item, exception)``: the job will
+    not run again (the retry policy, and an operator's kill as Sidekiq's API kill does). A handler
+    that raises is logged and ignored."""
+    for path in jobs_settings.DEATH_HANDLERS:
+        try:
+            import_string(path)(item, exception)
+        except Exception:  # a broken handler must not change the job's fate
+            logger.exception("death handler %s failed", path)
+
+
 def tell_shutdown() -> None:
     """``on_shutdown`` on every server middleware: the worker process is about to exit."""
     notify("on_shutdown")

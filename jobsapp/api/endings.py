@@ -8,7 +8,8 @@ operators acting on one job tell the door once. A job removed unrun ends ``DELET
 for Celery's ``revoke``): its unique lock is released, its batch counts it failed and can
 complete, its record says failed, server middleware (tracking) hears ``on_dead``. A job an
 operator killed ends ``DEAD`` (reason ``operator_killed``). A job moved to its queue ("retry
-now", "add to queue") has not ended: it is put back (``on_requeue`` reason ``operator``).
+now", "add to queue") has not ended: it is put back (``on_requeue`` reason ``operator``). A
+kill also calls ``JOBSAPP["DEATH_HANDLERS"]``, as Sidekiq's API kill does.
 
 An entry that is not a JSON object (``invalid``) has nothing a feature could read: it is removed
 and no one is told. A hook that fails is logged by the door; the removal stands.
@@ -21,14 +22,18 @@ from typing import Any
 
 from .. import ending
 from ..ending import Fate
+from ..middleware import call_death_handlers
 from ..outcomes import RequeueReason
 from .records import JobRecord
 
 
-def ended(client: Any, records: Iterable[JobRecord], fate: Fate, *, reason: str = "") -> None:
-    """Tell the door that each of ``records`` (taken by this call) ended with ``fate``."""
+def ended(client: Any, records: Iterable[JobRecord], fate: Fate, *, reason: str = "", death_handlers: bool = False) -> None:
+    """Tell the door that each of ``records`` (taken by this call) ended with ``fate``; with
+    ``death_handlers`` (a kill, as Sidekiq's API kill) the ``DEATH_HANDLERS`` hear it first."""
     for record in records:
         if not record.invalid:
+            if death_handlers:
+                call_death_handlers(record.item, None)
             ending.finish(client, record.item, fate, reason=reason)
 
 

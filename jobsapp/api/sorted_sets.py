@@ -364,7 +364,7 @@ class JobSet:
         for entry in entries:
             scripts.api_kill(pipe, set_key=self.name, member=entry.raw, now=current, oldest_kept=oldest_kept, dead_max_jobs=max_jobs)
         killed = [entry for entry, reply in zip(entries, pipe.execute(), strict=True) if scripts.moved_reply(reply)]
-        ended(client, killed, Fate.DEAD, reason=DeadReason.OPERATOR_KILLED)
+        ended(client, killed, Fate.DEAD, reason=DeadReason.OPERATOR_KILLED, death_handlers=True)
         return len(killed)
 
     @translate_errors

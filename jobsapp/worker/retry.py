@@ -46,6 +46,7 @@ from ..error_fields import (
     exception_class_name,
     safe_message,
 )
+from ..middleware import call_death_handlers
 from ..outcomes import DeadReason, OutcomeKind
 from ..payload import RECOVERED_KEY, Item, compact_json, now
 
@@ -160,14 +161,6 @@ def call_error_handlers(exception: BaseException, context: dict[str, Any]) -> No
             import_string(path)(exception, context)
         except Exception:  # a broken handler must not change the job's fate
             logger.exception("error handler %s failed", path)
-
-
-def call_death_handlers(item: Item, exception: BaseException | None) -> None:
-    for path in jobs_settings.DEATH_HANDLERS:
-        try:
-            import_string(path)(item, exception)
-        except Exception:  # a broken handler must not change the job's fate
-            logger.exception("death handler %s failed", path)
 
 
 class RetryPolicy:

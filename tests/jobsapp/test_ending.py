@@ -506,3 +506,23 @@ def test_a_clear_decodes_only_the_jobs_someone_could_hear(redis):
     # And with server middleware configured, every job may be heard
     middleware.server_chain().add(Heard)
     assert ending.may_hear(plain.replace(b'"bid"', b'"b"'))
+
+
+DEATHS: list[str] = []
+
+
+def note_death(item, exception):
+    DEATHS.append(item["jid"])
+
+
+def test_an_operators_kill_calls_the_death_handlers_as_sidekiqs_api_kill(redis, settings):
+    # Given death handlers, and a job waiting for its retry
+    settings.JOBSAPP = {**settings.JOBSAPP, "DEATH_HANDLERS": ["tests.jobsapp.test_ending.note_death"]}
+    DEATHS.clear()
+    jid, _ = retried(redis)
+    # When an operator kills it, Then the handlers heard it once (a delete calls none)
+    assert api.RetrySet().kill(_entry(api.RetrySet(), jid))
+    assert DEATHS == [jid]
+    other, _ = _scheduled(redis)
+    assert api.ScheduledSet().delete(_entry(api.ScheduledSet(), other))
+    assert DEATHS == [jid]
