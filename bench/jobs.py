@@ -12,8 +12,9 @@ from django.core.cache import cache
 from jobsapp import Job, sidekiq_options
 from jobsapp.connection import get_redis
 
-#: The job module's own client, made as a Django user makes one: plain redis-py, its own pool,
-#: none of the engine's lean paths (bench/sidekiq/jobs.rb has a plain ``Redis.new`` likewise).
+#: The job module's own client, made as a Django user makes one: plain redis-py, its own pool (a
+#: socket per thread), none of the engine's lean paths (bench/sidekiq/jobs.rb has a
+#: ``ConnectionPool`` of plain ``Redis.new`` clients likewise).
 USER_REDIS = redis.Redis.from_url(settings.REDIS_URL)
 
 

@@ -13,8 +13,9 @@ producer, ``bench/sidekiq/producer.rb``, for Sidekiq). Job kinds:
 
 and the bodies Django users write, which pay their client's full per-command layers:
 
-- ``plain-incr``: one ``INCR`` through a plain ``redis.Redis`` client made in the job module (for
-  Sidekiq: a plain ``Redis.new`` made in the job file);
+- ``plain-incr``: one ``INCR`` through a plain ``redis.Redis`` client made in the job module, whose
+  connection pool gives each thread its own socket (for Sidekiq: a ``ConnectionPool`` of plain
+  ``Redis.new`` clients made in the job file, likewise one connection per thread);
 - ``cache-incr``: one django-redis ``cache.incr`` (jobsapp only: Sidekiq has no Django side);
 - ``orm-get``: one ORM ``User.objects.get(pk=...)`` on SQLite (jobsapp only; a database made and
   migrated under /tmp/jobsapp-bench unless ``DATABASE_URL`` is set).

@@ -1,8 +1,9 @@
 # Ruby side of bench/side_by_side.py: loaded by real `sidekiq -r ./jobs.rb -q bench -c N` processes.
 #
 # The job bodies are the same as bench/jobs.py's: empty; one Redis INCR on the job's own pool
-# connection; one INCR through a plain Redis.new client made in this file; a 1 ms sleep; a fixed CPU loop (calibrated by the benchmark to ~100 us in each
-# language) plus one INCR; a latency probe. Logging is at WARN, as in Sidekiq's own load test, unless
+# connection; one INCR through a pool of plain Redis.new clients made in this file; a 1 ms sleep;
+# a fixed CPU loop (calibrated by the benchmark to ~100 us in each language) plus one INCR; a
+# latency probe. Logging is at WARN, as in Sidekiq's own load test, unless
 # BENCH_LOGGING asks for Sidekiq's default (INFO: a start and a done line per job).
 #
 # Completion: Sidekiq flushes its `stat:processed` counter only every 5 s, so a server middleware
@@ -12,9 +13,15 @@ require "sidekiq"
 
 Redis.silence_deprecations = true if Redis.respond_to?(:silence_deprecations=)
 
-# The job file's own client, made as a Ruby user makes one: a plain Redis.new (thread-safe,
-# one connection shared by the process's threads), not Sidekiq's pool.
-USER_REDIS = Redis.new(url: ENV.fetch("REDIS_URL", "redis://127.0.0.1:6379/0"))
+# The job file's own client, made as a Ruby user of threaded jobs makes one: a pool of plain
+# Redis.new clients (the connection_pool gem, which Sidekiq itself depends on), one connection per
+# thread that needs one, as redis-py's pool gives each thread of the Python side its own socket.
+# Not Sidekiq's pool (the incr job uses that), and not one Redis.new shared by every thread (one
+# socket behind a mutex: the threads would queue for it). The pool opens connections as they are
+# needed, so its size is only a bound, above any -c the benchmark runs.
+require "connection_pool"
+
+USER_REDIS = ConnectionPool.new(size: 64, timeout: 5) { Redis.new(url: ENV.fetch("REDIS_URL", "redis://127.0.0.1:6379/0")) }
 
 module Bench
   LOCK = Mutex.new
@@ -87,7 +94,7 @@ class PlainIncrJob
   sidekiq_options retry: false
 
   def perform(*_args)
-    USER_REDIS.incr("bench:counter")
+    USER_REDIS.with { |conn| conn.incr("bench:counter") }
   end
 end
 
