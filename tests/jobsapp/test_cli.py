@@ -1,10 +1,14 @@
-"""``manage.py jobs``: every subcommand, as tables and as --json, against Sidekiq-format data."""
+"""``manage.py jobs`` (and ``python -m jobsapp``): every subcommand, as tables and as --json, against
+Sidekiq-format data."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -143,3 +147,56 @@ def test_one_result_prints_its_times_as_iso_8601(redis):
     rows = {line.split()[0]: line.split()[1:] for line in out.getvalue().splitlines() if line.strip()}
     for field in ("created_at", "enqueued_at", "started_at", "finished_at"):
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", rows[field][0]), (field, rows[field])
+
+
+def test_read_only_subcommands_are_told_apart_from_the_others():
+    from jobsapp.management.commands.jobs import runs_on_settings_alone
+
+    # Reads, with options before and after the subcommand
+    for arguments in (
+        ["stats"],
+        ["--json", "queues"],
+        ["--shard", "bulk", "dead", "--limit", "5"],
+        ["retry", "--class", "retry-all"],  # a class named like an action: still the listing
+        ["retry", "list", "--grep", "x"],
+        ["results", "0123456789abcdef01234567"],
+        ["unique"],
+    ):
+        assert runs_on_settings_alone(arguments), arguments
+    # Writes, periodic (its jobs are discovered by the app's ready()) and nothing at all
+    writes = (["retry", "retry-all"], ["dead", "clear", "--yes"], ["pause", "default"], ["unique", "release", "d"])
+    for arguments in (*writes, ["periodic"], []):
+        assert not runs_on_settings_alone(arguments), arguments
+
+
+def _python_m_jobsapp(redis_server, *arguments: str) -> tuple[dict, bool]:
+    """Runs ``python -m jobsapp`` in a fresh interpreter; its JSON answer and whether Django's
+    apps were loaded."""
+    program = (
+        "import sys, django.apps\n"
+        "from jobsapp.__main__ import main\n"
+        "main(sys.argv[1:])\n"
+        "print('apps ready' if django.apps.apps.ready else 'apps not loaded')\n"
+    )
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "REDIS_URL": redis_server.url}
+    finished = subprocess.run(
+        [sys.executable, "-c", program, "--json", *arguments], env=environment, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert finished.returncode == 0, finished.stderr
+    answer, state = finished.stdout.rsplit("\n", 2)[:2]
+    return json.loads(answer), state == "apps ready"
+
+
+@pytest.mark.standalone_only
+def test_python_m_jobsapp_reads_on_the_settings_alone_and_writes_after_the_full_start(redis_server, redis):
+    # Given Sidekiq-format data with a paused queue
+    data.populate(redis)
+    # When a read runs through python -m jobsapp, Then it answers as manage.py jobs does, no app loaded
+    stats, apps_loaded = _python_m_jobsapp(redis_server, "stats")
+    expected = run_json("stats")
+    assert stats.pop("default_queue_latency_seconds") == pytest.approx(expected.pop("default_queue_latency_seconds"), abs=5)
+    assert stats == expected and not apps_loaded
+    # When a write runs through it, Then Django started fully first, and the write is done
+    answer, apps_loaded = _python_m_jobsapp(redis_server, "resume", "imports")
+    assert answer == {"queue": "imports", "paused": False} and apps_loaded
+    assert not redis.sismember(keys.PAUSED, "imports")

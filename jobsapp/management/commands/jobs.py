@@ -27,6 +27,47 @@ from jobsapp.errors import RedisUnavailable, UnknownShard
 
 ARGS_MAX_CHARS = 60
 
+#: Subcommands (and, for the sets, actions) that only read Redis: ``python -m jobsapp`` runs them
+#: on the settings alone, without ``django.setup()`` (``jobsapp.__main__``). A subcommand not
+#: named here gets the full start-up.
+READ_ONLY: dict[str, frozenset[str] | None] = {
+    "stats": None,
+    "queues": None,
+    "processes": None,
+    "busy": None,
+    "retry": frozenset({"list"}),
+    "dead": frozenset({"list"}),
+    "schedule": None,
+    "results": None,
+    "limits": None,
+    "batch": None,
+    "batches": None,
+    "unique": frozenset({"list"}),
+}
+
+
+#: The options that take a value as the next word (``--limit 5``), before or after the subcommand.
+VALUE_OPTIONS = frozenset({"--shard", "--settings", "--pythonpath", "--class", "--grep", "--limit", "--from", "--status"})
+
+
+def runs_on_settings_alone(arguments: Sequence[str]) -> bool:
+    """True when the ``jobs`` arguments (what follows ``jobs``) name a read-only subcommand, which
+    needs the settings and Redis but none of Django's apps. The action of ``retry``, ``dead`` and
+    ``unique`` is the first word after the subcommand (``list`` when there is none)."""
+    words: list[str] = []
+    value_follows = False
+    for word in arguments:
+        if value_follows:
+            value_follows = False
+        elif word in VALUE_OPTIONS:
+            value_follows = True
+        elif not word.startswith("-"):
+            words.append(word)
+    if not words or words[0] not in READ_ONLY:
+        return False
+    actions = READ_ONLY[words[0]]
+    return actions is None or (words[1] if len(words) > 1 else "list") in actions
+
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, numeric: Sequence[str] = ()) -> str:
     """Columns padded to their widest cell; numeric columns right-aligned."""
@@ -77,6 +118,7 @@ def _entry_json(entry: api.SortedEntry) -> dict[str, Any]:
 
 class Command(BaseCommand):
     help = "Inspect and operate the jobs in Redis: stats, queues, processes, retries, dead jobs, schedule."
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
