@@ -113,3 +113,40 @@ class OrmGetJob(Job):
 
     def perform(self, pk):
         User.objects.get(pk=pk)
+
+
+def spin_for_seconds(seconds: float) -> None:
+    """A loop in Python code (where a cancel lands at once), in a frame of its own."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+
+
+@sidekiq_options(retry=False, queue="cancel", retain=600)
+class CancelProbe(Job):
+    """Spins ``seconds`` (bench.cancel_latency cancels it), noting when it started and stopped."""
+
+    def perform(self, token, seconds):
+        USER_REDIS.hset("bench:cancel:started", token, time.time())
+        try:
+            spin_for_seconds(seconds)
+        finally:
+            USER_REDIS.hset("bench:cancel:stopped", token, time.time())
+        USER_REDIS.hset("bench:cancel:done", token, 1)
+
+
+@sidekiq_options(retry=False, queue="cancel", retain=600)
+class AsyncCancelProbe(Job):
+    """``CancelProbe`` as an async job awaiting in a loop."""
+
+    async def perform(self, token, seconds):
+        import asyncio
+
+        USER_REDIS.hset("bench:cancel:started", token, time.time())
+        try:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+        finally:
+            USER_REDIS.hset("bench:cancel:stopped", token, time.time())
+        USER_REDIS.hset("bench:cancel:done", token, 1)

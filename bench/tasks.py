@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 import jobsapp
+from bench.jobs import USER_REDIS, spin_for_seconds
 from jobsapp import Job, sidekiq_options
 from jobsapp.celery import shared_task
 
@@ -21,3 +24,14 @@ def noop_function(*args):
 @shared_task
 def celery_noop(*args):
     return None
+
+
+@shared_task
+def cancel_probe(token, seconds):
+    """``bench.jobs.CancelProbe`` as a Celery-style task, for ``revoke(terminate=True)``."""
+    USER_REDIS.hset("bench:cancel:started", token, time.time())
+    try:
+        spin_for_seconds(seconds)
+    finally:
+        USER_REDIS.hset("bench:cancel:stopped", token, time.time())
+    USER_REDIS.hset("bench:cancel:done", token, 1)

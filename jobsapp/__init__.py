@@ -22,6 +22,7 @@ Everything else is an implementation module (docs/architecture.md places each on
 from . import redis_import  # noqa: F401
 from .conf import jobs_settings
 from .errors import (
+    JobCancelled,
     JobsError,
     JobTimeout,
     MalformedPayload,
@@ -43,6 +44,7 @@ __all__ = [
     "ClientMiddleware",
     "DeadReason",
     "Job",
+    "JobCancelled",
     "JobTimeout",
     "JobsError",
     "MalformedPayload",

@@ -11,8 +11,9 @@ the rows whose key the job carries, in table order:
   timeouts checks the ``timeout`` (a ValueError parks the job as malformed);
 - ``run(job, item, call)``, around the run with its server middleware: results writes the record
   ``running``, then ``succeeded`` with the value;
-- ``guard(running, call)``, around ``perform`` inside the middleware: timeouts (the worker's
-  watchdog, or the async lane's cancel), then limits (the queue's limit, and the holder that
+- ``guard(running, call)``, around ``perform`` inside the middleware: timeouts and cancels
+  (every job: the worker's watchdog guard, under the job's timeout or none, where a cancel raises
+  ``JobCancelled``; for an async job the lane cancels its coroutine), then limits (the queue's limit, and the holder that
   gives back the concurrent slots a run still holds when it ends: every job, since ``perform``
   may take a slot with no payload key saying so);
 - ``finish(client, item, fate, ...)``, once its life (or this run of it) ended;
@@ -27,7 +28,8 @@ the operators' API do not change.
 the dead set or nowhere (``retry: false``, ``NoRetryError``, a ``discard``); it expired unrun; it
 stayed stuck past its timeout's hard limit; its class is unknown or its class name hostile; its
 payload is malformed; it killed its worker too often (poison); it was revoked before it started;
-an operator deleted it, or killed it, while it waited. Whoever files that fate (``processor``,
+an operator deleted it, or killed it, while it waited; it was cancelled (``jobsapp.api.cancel``:
+interrupted while it ran, or removed while it waited; ``CANCELLED``, never retried). Whoever files that fate (``processor``,
 ``recovery``, the operators' API ``jobsapp.api`` with the dashboard and the ``jobs`` command, the
 Celery ``revoke``) calls ``finish`` once the filing succeeded, and the ``end`` hooks run:
 
@@ -70,6 +72,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import batch, expiry, options, periodic, registry, results, unique
 from .connection import CONNECTION_ERRORS
+from .errors import JobCancelled
 from .middleware import notify, server_chain
 from .outcomes import DeadReason, OutcomeKind, RequeueReason
 from .payload import Item, now, timestamp_seconds
@@ -94,11 +97,12 @@ class Fate(StrEnum):
     EXPIRED = "expired"  # fetched past its expires_at: dropped, never run
     REVOKED = "revoked"  # removed before it started (Celery's revoke)
     DELETED = "deleted"  # an operator deleted it while it waited: from its queue (or cleared it), the schedule or the retry set
+    CANCELLED = "cancelled"  # cancelled (jobsapp.api.cancel): interrupted while it ran, or removed while it waited
 
 
 #: The fates after which the job never runs again (an operator may still send a dead job back
 #: to its queue: it is then put back, ``put_back``, and ends again).
-FINAL_FATES = frozenset({Fate.SUCCEEDED, Fate.DEAD, Fate.DISCARDED, Fate.EXPIRED, Fate.REVOKED, Fate.DELETED})
+FINAL_FATES = frozenset({Fate.SUCCEEDED, Fate.DEAD, Fate.DISCARDED, Fate.EXPIRED, Fate.REVOKED, Fate.DELETED, Fate.CANCELLED})
 #: The fates a batch counts as a success (Sidekiq Pro counts an expired job as one).
 BATCH_SUCCESSES = frozenset({Fate.SUCCEEDED, Fate.EXPIRED})
 
@@ -128,7 +132,12 @@ class JobKilled(Exception):
 
 
 #: The reason ``on_dead`` hears for a fate that has one of its own, when the caller gave none.
-_REASON_OF_FATE = {Fate.EXPIRED: DeadReason.EXPIRED, Fate.REVOKED: DeadReason.REVOKED, Fate.DELETED: DeadReason.DELETED}
+_REASON_OF_FATE = {
+    Fate.EXPIRED: DeadReason.EXPIRED,
+    Fate.REVOKED: DeadReason.REVOKED,
+    Fate.DELETED: DeadReason.DELETED,
+    Fate.CANCELLED: DeadReason.CANCELLED,
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,6 +161,8 @@ class Ending:
             return JobRevoked("the job was revoked before it started")
         if self.fate is Fate.DELETED:
             return JobDeleted("the job was deleted by an operator before it ran")
+        if self.fate is Fate.CANCELLED:
+            return JobCancelled("the job was cancelled before it ran")
         if self.reason == DeadReason.OPERATOR_KILLED:
             return JobKilled("an operator sent the job to the dead set")
         return None
@@ -226,8 +237,9 @@ def _check_timeout(client: redis.Redis, item: Item) -> None:
 
 
 def _within_timeout(run: Run, call: Call) -> Call:
-    seconds = options.timeout_seconds(run.item)
-    return call if seconds is None else run.within_timeout(seconds, call)
+    """Every job's ``perform`` is interruptible: under its timeout, or an endless guard that only a
+    cancel (``jobsapp.api.cancel``) interrupts."""
+    return run.within_timeout(options.timeout_seconds(run.item), call)
 
 
 def _within_limits(run: Run, call: Call) -> Call:
@@ -248,8 +260,9 @@ class Run(Protocol):
 
     item: Item
 
-    def within_timeout(self, seconds: float, call: Call) -> Call:
-        """``call`` failing with ``JobTimeout`` past ``seconds``."""
+    def within_timeout(self, seconds: float | None, call: Call) -> Call:
+        """``call`` failing with ``JobTimeout`` past ``seconds`` (None: no timeout), and with
+        ``JobCancelled`` when the job is cancelled."""
         ...
 
     def within_limits(self, call: Call) -> Call:
@@ -287,7 +300,9 @@ FEATURES: tuple[Feature, ...] = (
     Feature(name="unique", key=unique.DIGEST_KEY, start=_release_unique_at_start, end=_release_unique),
     Feature(name="batches", key=batch.BATCH_KEY, end=_settle_batch),
     Feature(name="expiry", key=expiry.EXPIRES_AT_KEY, admit=_drop_expired),
-    Feature(name="timeouts", key=options.TIMEOUT_KEY, start=_check_timeout, guard=_within_timeout),
+    Feature(name="timeouts", key=options.TIMEOUT_KEY, start=_check_timeout),
+    # every job: its timeout's guard, or an endless one, so that a cancel can interrupt it
+    Feature(name="cancel", key=None, guard=_within_timeout),
     # every job: ``perform`` may take a limiter's slot with no payload key saying so
     Feature(name="limits", key=None, guard=_within_limits),
 )

@@ -33,6 +33,20 @@ class DuplicateJobName(JobsError):
     """Two different job classes claim the same wire name."""
 
 
+class JobCancelled(JobsError):
+    """Someone cancelled the running job (``jobsapp.api.cancel``, the dashboard's Busy page, ``jobs
+    cancel``, Celery's ``revoke(terminate=True)``). Raised inside the job as a timeout is (a sync
+    job gets it in its thread the next time it runs Python code; an async job's coroutine is
+    cancelled and this raised in its place), it ends the job for good: never retried, not sent to
+    the dead set, its features and server middleware told ``cancelled``. Code that catches it (or
+    ``Exception``) and carries on keeps running, and ends as its code decides."""
+
+    DEFAULT_MESSAGE = "the job was cancelled"
+
+    def __init__(self, message: str = DEFAULT_MESSAGE) -> None:
+        super().__init__(message)
+
+
 class NoRetryError(JobsError):
     """Raise from ``perform`` to fail the job on purpose: it is counted as failed, its error is
     recorded by middleware, and it is neither retried nor sent to the dead set."""

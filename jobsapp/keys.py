@@ -189,6 +189,8 @@ SWEEP_LOCK: str  # STRING (SET NX PX): one orphan sweeper at a time
 OUTBOX_RELAY_LOCK: str  # STRING (relay_lock.lua): one outbox relay at a time
 RESULTS: str  # ZSET score=expiry epoch seconds, member=jid of a finished retained job
 STAT_EXPIRED: str  # STRING lifetime counter of jobs dropped unrun past expires_at
+CANCELLED: str  # ZSET score=request epoch seconds, member=jid: the cancels asked for lately (jobsapp.cancellation)
+CANCEL_CHANNEL: str  # pub/sub channel: each message is the jid of a job to cancel, heard by every worker process
 
 
 def inflight(identity: str) -> str:
@@ -347,6 +349,8 @@ _NAMED: dict[str, str] = {
     "OUTBOX_RELAY_LOCK": "jobsapp:lock:outbox_relay",
     "RESULTS": "jobsapp:results",
     "STAT_EXPIRED": "jobsapp:stat:expired",
+    "CANCELLED": "jobsapp:cancelled",
+    "CANCEL_CHANNEL": "jobsapp:cancel",
     "CRON_JOBS": "cron_jobs",
     "UNIQUE_LOCK_PATTERN": "jobsapp:unique:*",
     "LIMITERS": "jobsapp:limiters",

@@ -38,6 +38,7 @@ class DeadReason(StrEnum):
     DELETED = "deleted"  # an operator deleted it while it waited (a queue, the schedule or the retry set)
     OPERATOR_KILLED = "operator_killed"  # an operator moved it to the dead set while it waited
     REVOKED = "revoked"  # revoked before it started (Celery's revoke)
+    CANCELLED = "cancelled"  # cancelled by someone: stopped while it ran, or removed while it waited (jobsapp.api.cancel)
 
 
 class RequeueReason(StrEnum):

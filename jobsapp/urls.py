@@ -24,6 +24,7 @@ urlpatterns = [
     path("batches/<str:bid>/", pages.batch, name="batch"),
     path("actions/queue", actions.queue_action, name="queue_action"),
     path("actions/process", actions.process_action, name="process_action"),
+    path("actions/cancel", actions.cancel_action, name="cancel_action"),
     path("actions/sets/<slug:slug>", actions.set_action, name="set_action"),
     path("actions/periodic", actions.periodic_action, name="periodic_action"),
     path("metrics", metrics.metrics, name="metrics"),

@@ -58,6 +58,7 @@ DEAD_REASONS: dict[str, str] = {
     DeadReason.EXPIRED: "expired: not started before its expires_in ran out, never run",
     DeadReason.DELETED: "deleted by an operator before it ran",
     DeadReason.OPERATOR_KILLED: "sent to the dead set by an operator",
+    DeadReason.CANCELLED: "cancelled",
     DeadReason.REVOKED: "revoked before it started",
 }
 

@@ -14,6 +14,7 @@ raises ``jobsapp.RedisUnavailable``.
     api.find_job(jid)
     api.CompletedSet().page(1)   # finished jobs pushed with retain
     api.BatchSet.get(bid)        # a Redis-only batch: counts, callbacks, failed and pending jobs
+    api.cancel(jid)              # stop a running job (within a second), or remove a waiting one
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..redaction import REDACTED, redact
 
 if TYPE_CHECKING:
     from .batches import BatchDetail, BatchSet, BatchSummary
+    from .cancelling import Cancellation, CancelOutcome, cancel, cancel_many
     from .completed import CompletedSet
     from .limits import LimiterSet, LimiterState, UniqueLock, UniqueLocks
     from .lookup import Location, find_job
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 #: the whole API.
 _LOCATIONS = {
     **dict.fromkeys(["BatchDetail", "BatchSet", "BatchSummary"], "batches"),
+    **dict.fromkeys(["CancelOutcome", "Cancellation", "cancel", "cancel_many"], "cancelling"),
     "CompletedSet": "completed",
     **dict.fromkeys(["LimiterSet", "LimiterState", "UniqueLock", "UniqueLocks"], "limits"),
     **dict.fromkeys(["Location", "find_job"], "lookup"),
@@ -62,7 +65,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     # The first name used imports the whole API, each module by a statement of its own (no string
     # becomes an import); each name then becomes a plain attribute as it is used.
-    from . import batches, completed, limits, lookup, periodic, processes, queues, records, sorted_sets, stats  # noqa: F401
+    from . import batches, cancelling, completed, limits, lookup, periodic, processes, queues, records, sorted_sets, stats  # noqa: F401
 
     value = getattr(sys.modules[f"{__name__}.{_LOCATIONS[target]}"], target)
     globals()[name] = value  # the next access is a plain attribute
@@ -78,6 +81,8 @@ __all__ = [
     "BatchDetail",
     "BatchSet",
     "BatchSummary",
+    "CancelOutcome",
+    "Cancellation",
     "CompletedSet",
     "DeadSet",
     "DurationHistogram",
@@ -104,6 +109,8 @@ __all__ = [
     "Work",
     "WorkSet",
     "Workers",
+    "cancel",
+    "cancel_many",
     "decode_backtrace",
     "encode_backtrace",
     "find_job",

@@ -36,7 +36,7 @@ _SCHEDULE_SETTINGS = frozenset({"beat_schedule", "timezone"})
 
 
 class _Control:
-    """``app.control``: only ``revoke`` (waiting tasks)."""
+    """``app.control``: only ``revoke`` (waiting tasks; running ones too with ``terminate=True``)."""
 
     @staticmethod
     def revoke(task_id: str | list[str], *, terminate: bool = False, **options: Any) -> int:

@@ -40,7 +40,6 @@ IGNORED_OPTIONS: dict[str, str] = {
     "autoregister": "tasks are always registered when defined",
     "abstract": "use a plain function",
     "route_name": "there are no routes: queue= is the only routing",
-    "terminate": "a running task is not interrupted",
     "argsrepr": "the dashboard and the results store show the arguments as given: keep secrets out of them",
     "kwargsrepr": "the dashboard and the results store show the arguments as given: keep secrets out of them",
 }

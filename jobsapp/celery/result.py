@@ -41,6 +41,8 @@ _STATES: dict[str, str] = {
 }
 
 REVOKED_ERROR = f"{TaskRevokedError.__module__}.{TaskRevokedError.__qualname__}"
+#: A record's reason when the task was cancelled while it ran (``revoke(terminate=True)``, ``jobsapp.api.cancel``).
+CANCELLED_REASON = "cancelled"
 
 
 def _exception_for(record: results.JobResult) -> BaseException:
@@ -114,7 +116,7 @@ class AsyncResult(ResultBase, Generic[Returned]):
             return PENDING
         if _reports_own_state(record):
             return record.custom_state or PENDING  # type: ignore[return-value]  # a state of the task's own (update_state)
-        if record.failed and record.error_class == REVOKED_ERROR:
+        if record.failed and (record.error_class == REVOKED_ERROR or record.reason == CANCELLED_REASON):
             return REVOKED  # type: ignore[return-value]  # Celery's REVOKED, absent from celery-types' Literal
         return _STATES.get(record.status, PENDING)  # type: ignore[return-value]
 
@@ -189,10 +191,11 @@ class AsyncResult(ResultBase, Generic[Returned]):
     def revoke(
         self, connection: Any = None, terminate: bool = False, signal: str | None = None, wait: bool = False, timeout: float | None = None
     ) -> None:
-        """Remove the task if it has not started yet (see ``jobsapp.celery.revoke``)."""
+        """Remove the task if it has not started yet; with ``terminate``, stop it if it runs (see
+        ``jobsapp.celery.revoke``)."""
         from .control import revoke
 
-        revoke(self.id, terminate=terminate)
+        revoke(self.id, terminate=terminate, signal=signal)
 
     def as_list(self) -> list[AsyncResult[Any]]:
         return [self]
@@ -326,7 +329,7 @@ class GroupResult(AsyncResult[list[Any]]):
         self, connection: Any = None, terminate: bool = False, signal: str | None = None, wait: bool = False, timeout: float | None = None
     ) -> None:
         for each in self.results:
-            each.revoke(terminate=terminate)
+            each.revoke(terminate=terminate, signal=signal)
 
 
 class EagerResult(AsyncResult[Returned]):

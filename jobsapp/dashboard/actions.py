@@ -89,6 +89,20 @@ def process_action(request: HttpRequest) -> HttpResponse:
 
 @staff_view
 @require_POST
+def cancel_action(request: HttpRequest) -> HttpResponse:
+    """Cancel a job by jid (the Busy page's Cancel button): a running job stops within a second,
+    a waiting one is removed (``api.cancel``)."""
+    jid = request.POST.get("jid", "")
+    if not jid:
+        return HttpResponseBadRequest("jid is required")
+    answer = api.cancel(jid)
+    found = answer.outcome in (api.CancelOutcome.CANCELLED, api.CancelOutcome.CANCELLING)
+    _tell(request, answer.message[:300], level=messages.SUCCESS if found else messages.WARNING)
+    return _back(request, reverse("jobsapp:busy"))
+
+
+@staff_view
+@require_POST
 def set_action(request: HttpRequest, slug: str) -> HttpResponse:
     if slug not in SET_PAGES:
         return HttpResponseBadRequest("unknown job set")

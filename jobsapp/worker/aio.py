@@ -42,6 +42,9 @@ thread of a cancelled job parks until the process exits, like a sync job's threa
 deadline, so nothing files it in retry as well. (A job that swallows its ``CancelledError`` and
 returns is acknowledged as done, and the requeue skips it; one that turns it into another
 exception is filed as that failure, and the requeue skips it: never both.)
+A cancel (``jobsapp.api.cancel``, through ``cancel(jid)``) cancels the job's coroutine and ends it
+with ``JobCancelled`` in place of the ``CancelledError`` (a job whose cancel was asked before it
+started is not started); a coroutine that blocks the loop is cancelled at its next await.
 A job's ``timeout`` option cancels its coroutine and fails it with ``JobTimeout``; a coroutine
 that blocked the loop past its timeout (so it could not be cancelled) fails with ``JobTimeout``
 when it returns.
@@ -70,9 +73,10 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import SyncToAsync, async_to_sync
 
+from ..cancellation import RETENTION_SECONDS
 from ..clock import SYSTEM_CLOCK, Clock
 from ..component import Component
-from ..errors import JobTimeout
+from ..errors import JobCancelled, JobTimeout
 
 logger = logging.getLogger("jobsapp.aio")
 
@@ -114,22 +118,23 @@ def current_lane() -> AsyncLane | None:
     return getattr(_current, "lane", None)
 
 
-def perform(call: Callable[[], Any], *, timeout_seconds: float | None = None) -> Any:
+def perform(call: Callable[[], Any], *, timeout_seconds: float | None = None, jid: str = "") -> Any:
     """Call ``call`` (the job's ``perform``) and, when it returns a coroutine, run it to the end:
     on this process's loop from a lane thread, else on a new loop in this thread. The innermost
-    step of an async job's middleware chain."""
+    step of an async job's middleware chain; ``jid`` names the job for ``AsyncLane.cancel``."""
     result = call()
     if inspect.iscoroutine(result):
-        return run(result, timeout_seconds=timeout_seconds)
+        return run(result, timeout_seconds=timeout_seconds, jid=jid)
     return result
 
 
-def run(coroutine: Coroutine[Any, Any, Any], *, timeout_seconds: float | None = None) -> Any:
-    """Run ``coroutine`` to the end and return its result, JobTimeout past ``timeout_seconds``."""
+def run(coroutine: Coroutine[Any, Any, Any], *, timeout_seconds: float | None = None, jid: str = "") -> Any:
+    """Run ``coroutine`` to the end and return its result, JobTimeout past ``timeout_seconds``,
+    JobCancelled when the lane cancels ``jid``."""
     lane = current_lane()
     if lane is None:
         return asyncio.run(_with_timeout(coroutine, timeout_seconds))
-    return lane.run(coroutine, timeout_seconds=timeout_seconds)
+    return lane.run(coroutine, timeout_seconds=timeout_seconds, jid=jid)
 
 
 async def _with_timeout(coroutine: Coroutine[Any, Any, Any], timeout_seconds: float | None) -> Any:
@@ -217,6 +222,10 @@ class AsyncLane(Component):
         self._none_running.set()
         self._tasks: set[asyncio.Task[Any]] = set()  # the loop thread's only
         self._cancelled = threading.Event()  # set at the shutdown deadline
+        self._jobs_lock = threading.Lock()
+        self._job_tasks: dict[str, asyncio.Task[Any]] = {}  # jid -> its running task (under _jobs_lock)
+        self._cancel_requests: dict[str, float] = {}  # jid -> when its cancel was asked (monotonic), oldest first
+        self.cancelled_total = 0
         self._pseudo_ids = itertools.count(PSEUDO_THREAD_ID_BASE)
 
     # --- lifecycle -------------------------------------------------------------------
@@ -284,6 +293,26 @@ class AsyncLane(Component):
             logger.warning("async jobs did not finish cancelling within %.0f s", CANCEL_GRACE_SECONDS)
             return len(self._tasks)
 
+    def cancel(self, jid: str) -> bool:
+        """Cancel the async job ``jid``: its coroutine is cancelled and the job ends with
+        JobCancelled (True when it is running here), else the jid is remembered so the job ends
+        with JobCancelled, unstarted, when it comes (False)."""
+        with self._jobs_lock:
+            now = self.clock.monotonic()
+            self._cancel_requests.pop(jid, None)
+            self._cancel_requests[jid] = now
+            while self._cancel_requests:  # oldest first: forget what is past the retention
+                oldest, asked_at = next(iter(self._cancel_requests.items()))
+                if asked_at >= now - RETENTION_SECONDS:
+                    break
+                del self._cancel_requests[oldest]
+            task = self._job_tasks.get(jid)
+            if task is None:
+                return False
+            self.cancelled_total += 1
+        self._loop.call_soon_threadsafe(task.cancel)  # a task that finished meanwhile ignores it
+        return True
+
     # --- for the manager ---------------------------------------------------------------
 
     def new_pseudo_thread_id(self) -> int:
@@ -338,19 +367,40 @@ class AsyncLane(Component):
 
     # --- in a lane thread --------------------------------------------------------------
 
-    def run(self, coroutine: Coroutine[Any, Any, Any], *, timeout_seconds: float | None) -> Any:
+    def run(self, coroutine: Coroutine[Any, Any, Any], *, timeout_seconds: float | None, jid: str = "") -> Any:
         """Await ``coroutine`` on the loop from this lane thread (which serves the coroutine's
-        thread-sensitive sync calls meanwhile); its result, or its exception."""
+        thread-sensitive sync calls meanwhile); its result, or its exception (JobCancelled when
+        ``cancel(jid)`` cancelled it)."""
 
         async def supervised() -> Any:
             task = asyncio.current_task()  # the task asgiref created on our loop for this call
             if task is not None:
                 self._tasks.add(task)
+            asked_before = False
+            if jid:
+                with self._jobs_lock:
+                    asked_before = jid in self._cancel_requests
+                    if not asked_before and task is not None:
+                        self._job_tasks[jid] = task
             try:
+                if asked_before:
+                    coroutine.close()
+                    raise JobCancelled("the job was cancelled before it started")
                 return await _with_timeout(coroutine, timeout_seconds)
+            except asyncio.CancelledError:
+                if jid and not self._cancelled.is_set():
+                    with self._jobs_lock:
+                        asked = jid in self._cancel_requests
+                    if asked:  # ours: the job ends cancelled, never retried
+                        raise JobCancelled() from None
+                raise
             finally:
                 if task is not None:
                     self._tasks.discard(task)
+                if jid:
+                    with self._jobs_lock:
+                        if self._job_tasks.get(jid) is task:
+                            del self._job_tasks[jid]
 
         if self._cancelled.is_set():  # stopping for good: the manager puts this job back
             coroutine.close()

@@ -9,7 +9,8 @@ Start order:
    ``maxmemory-policy`` is not ``noeviction`` (Redis could silently drop queued jobs);
 2. claim the supervisor slot and recover the previous occupant's in-flight jobs at once (Redis
    refusing writes, OOM at maxmemory say, is waited out as an outage);
-3. first heartbeat (the process appears in ``processes``), then the heartbeat thread;
+3. first heartbeat (the process appears in ``processes``), then the heartbeat thread, then the
+   cancel listener (``cancel_listener``: cancels asked for anywhere reach this process's jobs);
 4. the manager (fetcher, acker, processors), the scheduler, the periodic-job ticker (only when
    periodic jobs are defined), the orphan sweeper, the outbox relay (only with ``OUTBOX`` on).
 
@@ -19,7 +20,8 @@ Shutdown order (TERM/INT, or TERM through ``<identity>-signals``):
 3. wait up to ``timeout`` for running jobs (a second TERM/INT, a second Ctrl-C, cuts the wait
    short, as in Sidekiq); flush acknowledgements; put every still-running job back at the front
    of its queue;
-4. last heartbeat clean-up, then exit (the process does not wait for stuck job threads).
+4. stop the cancel listener; last heartbeat clean-up, then exit (the process does not wait for
+   stuck job threads).
 The timeouts watchdog's hard limit (``TIMEOUT_HARD_LIMIT_SECONDS``) runs the same order at once,
 as a second TERM would, after filing the stuck job, and exits with ``EXIT_HARD_LIMIT``.
 
@@ -77,6 +79,7 @@ from ..middleware import client_chain, server_chain, tell_shutdown
 from ..periodic import PeriodicScheduler
 from ..periodic import definitions as periodic_definitions
 from . import aio
+from .cancel_listener import CancelListener
 from .fetch import BasicFetch, QueueOrder, ReliableFetch, strategy
 from .fetch import build as build_fetch
 from .heartbeat import Heartbeat, new_identity
@@ -176,6 +179,7 @@ class Components:
     periodic: PeriodicScheduler | None  # only when periodic jobs are defined for this shard
     sweeper: Sweeper | None  # only with reliable fetch
     relay: OutboxRelay | None = None  # only with JOBSAPP["OUTBOX"] on
+    cancel_listener: CancelListener | None = None  # started after the heartbeat, stopped after the manager
 
     def background(self) -> list[Component]:
         """The components started after the manager and stopped first, in start order."""
@@ -492,7 +496,12 @@ class WorkerProcess:
         return Components(
             client=client, fetch=fetch, manager=manager, heartbeat=heartbeat, scheduler=scheduler, periodic=periodic, sweeper=sweeper,
             relay=OutboxRelay.configured(client, rng=self.rng, clock=self.clock),
+            cancel_listener=self.cancel_listener(client, manager.processor),
         )  # fmt: skip
+
+    def cancel_listener(self, client: redis.Redis, processor: Processor) -> CancelListener:
+        """The thread through which cancels asked for anywhere reach this process's jobs."""
+        return CancelListener(client=client, make_subscriber=lambda: connection.new_redis(), on_cancel=processor.cancel, clock=self.clock)
 
     def serve(self, components: Components) -> None:
         """Start steps 3 and 4, then handle signals until TERM/INT (TSTP quiets the manager).
@@ -504,6 +513,8 @@ class WorkerProcess:
             logger.info("starting quiet: no job will be fetched")
             manager.quiet()
         heartbeat.start()
+        if components.cancel_listener is not None:
+            components.cancel_listener.start()
         manager.start()
         for component in components.background():
             component.start()
@@ -536,6 +547,8 @@ class WorkerProcess:
         heartbeat.beat()
         deadline = self._wait_for_running_jobs(manager, deadline)
         requeued = manager.stop(deadline)
+        if components.cancel_listener is not None:
+            components.cancel_listener.stop()
         self.hard_stop.set()
         tell_shutdown()
         heartbeat.stop()

@@ -22,6 +22,10 @@ What becomes of the job is returned to the manager, which acknowledges it in the
 - past ``sidekiq_options(timeout=...)`` (a sync job; ``timeouts``): ``JobTimeout`` raised
   in its thread, filed as any exception below (an async job's coroutine is cancelled instead and
   ``JobTimeout`` raised in its place, ``aio``);
+- cancelled (``jobsapp.api.cancel``; ``cancel`` here, called by the process's cancel listener):
+  ``JobCancelled`` raised in its thread as a timeout's ``JobTimeout`` is (every sync perform runs
+  inside the watchdog's guard), an async job's coroutine cancelled (``aio``): acknowledged, counted
+  failed, never retried, ending ``CANCELLED`` through the door;
 - any other exception: ``RetryPolicy`` files it in retry or dead atomically with its ack.
 
 The processor names no feature: each hears the job through the door's table
@@ -42,6 +46,7 @@ line at start and one at the end of each job.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 import time
@@ -59,7 +64,7 @@ from ..conf import jobs_settings
 from ..connection import REDIS_ERRORS
 from ..ending import Fate
 from ..error_fields import safe_message
-from ..errors import JobTimeout, MalformedPayload, NoRetryError, UnknownJobClass
+from ..errors import JobCancelled, JobTimeout, MalformedPayload, NoRetryError, UnknownJobClass
 from ..middleware import run_server_chain
 from ..outcomes import DeadReason, OutcomeKind, RequeueReason
 from ..payload import RECOVERED_KEY, Item, decode, malformed_item
@@ -268,6 +273,8 @@ class Processor:
         except NoRetryError as exc:
             return self._on_no_retry(admitted, exc)
         except BaseException as exc:  # noqa: BLE001  # any failure of user code (even SystemExit): retried, dead or discarded
+            if isinstance(exc, JobCancelled):
+                return self._on_cancelled(admitted, exc)
             if isinstance(exc, limiter.OverLimit):
                 rescheduled = self._on_over_limit(admitted, exc)
                 if rescheduled is not None:
@@ -291,7 +298,7 @@ class Processor:
         call_perform: Callable[[], Any] = lambda: job.perform(*args, **kwargs)  # noqa: E731
         if admitted.job_class.is_async:  # innermost: the lane thread parks while the loop awaits the coroutine
             perform = call_perform
-            call_perform = lambda: aio.perform(perform, timeout_seconds=admitted.async_timeout_seconds)  # noqa: E731
+            call_perform = lambda: aio.perform(perform, timeout_seconds=admitted.async_timeout_seconds, jid=admitted.jid)  # noqa: E731
         if faults.POINT:
             call_perform = faults.wrap("in_perform", call_perform)
         call_perform = ending.guard(admitted, call_perform)
@@ -299,7 +306,30 @@ class Processor:
             call_perform = self.quarantine.wrap(admitted.jid, call_perform)
         return call_perform
 
+    def cancel(self, jid: str) -> bool:
+        """Cancel the job ``jid`` (the cancel listener's call): interrupted if a thread of this
+        process runs it (True), else remembered, so it ends cancelled when it starts here (False)."""
+        interrupted = self.watchdog.cancel(jid)
+        if self.async_lane is not None:
+            interrupted = self.async_lane.cancel(jid) or interrupted
+        return interrupted
+
     # --- one handler per outcome ----------------------------------------------------------
+
+    def _on_cancelled(self, admitted: _Admitted, exc: JobCancelled) -> Result:
+        """Someone cancelled it (``jobsapp.api.cancel``): acknowledged and counted failed; no
+        retry, no dead set; the door hears ``CANCELLED``."""
+        elapsed_ms = (time.monotonic() - admitted.started) * 1000
+        logger.warning(
+            "class=%s jid=%s queue=%s elapsed_ms=%.1f cancelled",
+            admitted.class_name,
+            admitted.jid,
+            admitted.unit.queue,
+            elapsed_ms,
+            extra=admitted.log_fields(),
+        )
+        ending.finish(self.policy.client, admitted.item, Fate.CANCELLED, error=exc, job_class=admitted.job_class)
+        return admitted.result(acknowledge=True, failed=True)
 
     def _on_success(self, admitted: _Admitted) -> Result:
         """Perform returned: acknowledged, counted processed."""
@@ -410,14 +440,17 @@ class _Admitted:
 
     # --- the worker's guards, as ``ending.Run``: the timeouts and limits rows call them ----
 
-    def within_timeout(self, seconds: float, call: Callable[[], Any]) -> Callable[[], Any]:
-        """A sync job: JobTimeout raised in its thread by the watchdog past ``seconds``, and at
-        the hard limit the job filed (``Processor._file_stuck``). An async job: its coroutine is
-        cancelled (``aio.perform`` reads ``async_timeout_seconds``)."""
+    def within_timeout(self, seconds: float | None, call: Callable[[], Any]) -> Callable[[], Any]:
+        """A sync job: inside the watchdog's guard, where a cancel (``Processor.cancel``) raises
+        JobCancelled, and with ``seconds`` JobTimeout past them, the job filed at the hard limit
+        (``Processor._file_stuck``). An async job: its coroutine is cancelled past ``seconds``
+        (``aio.perform`` reads ``async_timeout_seconds``) or by a cancel (``AsyncLane.cancel``)."""
         if self.job_class.is_async:
             self.async_timeout_seconds = seconds
             return call
         processor, queue = self.processor, self.unit.queue
+        if seconds is None:  # no timeout: an endless guard, only a cancel interrupts it
+            return processor.watchdog.within(math.inf, call, class_name=self.class_name, jid=self.jid, queue=queue)
         stuck = partial(processor._file_stuck, self.unit, self.item, self.job_class, seconds)
         return processor.watchdog.within(seconds, call, on_stuck=stuck, class_name=self.class_name, jid=self.jid, queue=queue)
 

@@ -34,11 +34,21 @@ so) and calls ``on_hard_limit`` once, which the launcher turns into an immediate
 process: its other in-flight jobs go back to the front of their queues, and the ``-P``
 supervisor starts a fresh process in its slot.
 
+Cancelling (``jobsapp.api.cancel``; the request reaches this process through
+``cancel_listener``) uses the same guard: every sync perform runs inside one (a job without a
+timeout under an infinite one: a guard entered and left, two lock acquisitions, about 4 us a job,
+and no watchdog thread for it), and ``cancel(jid)`` raises ``JobCancelled`` in the thread whose
+guard runs that jid, under the same rules as a timeout: delivered at the next bytecode, a
+blocking C call stops when it returns, never outside the guard, cleared when perform returned
+first (a cancel racing the job's own end leaves one outcome: the job's, or the cancel's). A jid
+asked for while no guard runs it is remembered for ``cancellation.RETENTION_SECONDS``: a guard
+entered for it raises ``JobCancelled`` before perform is called. A cancelled job is never filed by
+the hard limit (which is for timeouts).
+
 Lease expiry (``expire_leases``): a process that finds it was declared dead (fencing, see
-heartbeat.py and launcher.py) raises ``LeaseExpired`` in every sync job running under a guard,
-through the same guarded ``PyThreadState_SetAsyncExc``, before it exits: another process owns
-those jobs now. Jobs without a ``timeout`` run under no guard (a guard costs about 4 us a job)
-and end with the process a moment later.
+heartbeat.py and launcher.py) raises ``LeaseExpired`` in every sync job running under a guard
+(every sync job, since every one runs under a guard), through the same guarded
+``PyThreadState_SetAsyncExc``, before it exits: another process owns those jobs now.
 
 The processor reaches the watchdog through the door's table (``jobsapp.ending``'s ``timeouts``
 row: ``start`` checks the option, ``guard`` asks the processor's per-job record for
@@ -56,9 +66,10 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
+from ..cancellation import RETENTION_SECONDS
 from ..clock import SYSTEM_CLOCK, Clock
 from ..component import Component
-from ..errors import JobsError, JobTimeout
+from ..errors import JobCancelled, JobsError, JobTimeout
 from ..options import TIMEOUT_KEY, positive_seconds, timeout_seconds
 
 logger = logging.getLogger("jobsapp.timeouts")
@@ -82,7 +93,7 @@ def raise_in_thread(thread_id: int, exception: type[BaseException] | None) -> No
 
 class GuardState(Enum):
     RUNNING = "running"  # inside perform, deadline not reached
-    FIRED = "fired"  # JobTimeout was raised in the thread; perform has not returned yet
+    FIRED = "fired"  # JobTimeout (JobCancelled, LeaseExpired) was raised in the thread; perform has not returned yet
     STUCK = "stuck"  # still inside perform past the hard limit: filed, the process is stopping
     DONE = "done"  # perform returned or raised: the watchdog never touches the thread again
 
@@ -90,7 +101,7 @@ class GuardState(Enum):
 class Guard:
     """One sync ``perform`` under a timeout, in the thread that runs it (see ``Watchdog.within``)."""
 
-    __slots__ = ("class_name", "deadline", "jid", "on_stuck", "queue", "state", "thread_id", "timeout_seconds")
+    __slots__ = ("class_name", "deadline", "fired_with", "jid", "on_stuck", "queue", "state", "thread_id", "timeout_seconds")
 
     def __init__(
         self,
@@ -110,6 +121,7 @@ class Guard:
         self.thread_id = threading.get_ident()
         self.deadline = 0.0
         self.state = GuardState.RUNNING
+        self.fired_with: type[BaseException] = JobTimeout  # what FIRED raised: JobTimeout, JobCancelled or LeaseExpired
 
     def describe(self, exception: BaseException) -> None:
         """Give a JobTimeout the watchdog raised (built without arguments) the timeout it enforced."""
@@ -146,8 +158,10 @@ class Watchdog(Component):
         self._woken = threading.Event()  # a guard with an earlier deadline was entered, or stop
         self._guards: dict[int, Guard] = {}  # thread id -> the guard it is inside
         self._pid = 0
+        self._cancel_requests: dict[str, float] = {}  # jid -> when its cancel was asked (monotonic), oldest first
         self.fired_total = 0
         self.stuck_total = 0
+        self.cancelled_total = 0
 
     def within(
         self,
@@ -169,7 +183,9 @@ class Watchdog(Component):
             guard = Guard(seconds, on_stuck=on_stuck, class_name=class_name, jid=jid, queue=queue)
             error: BaseException | None = None
             try:
-                self._enter(guard)  # inside the try: a JobTimeout delivered as it returns is the job's
+                # inside the try: a JobTimeout delivered as it returns is the job's
+                if self._enter(guard):  # its cancel was asked before it started: perform is not called
+                    raise JobCancelled("the job was cancelled before it started")
                 result = call()
             except BaseException as exception:  # noqa: BLE001  # re-raised below, once the guard is left
                 error = exception
@@ -177,7 +193,7 @@ class Watchdog(Component):
             # exception when a function starts, so one arriving before the clear is caught here.
             try:
                 fired = self._leave(guard)
-            except JobTimeout as late:  # fired as perform returned, delivered while leaving
+            except (JobTimeout, JobCancelled, LeaseExpired) as late:  # fired as perform returned, delivered while leaving
                 self._leave(guard)  # nothing is pending any more: the watchdog fires once per guard
                 fired, error = True, late
             if error is not None:
@@ -197,9 +213,31 @@ class Watchdog(Component):
             for guard in self._guards.values():
                 if guard.state is GuardState.RUNNING:
                     guard.state = GuardState.FIRED
+                    guard.fired_with = LeaseExpired
                     self.interrupt(guard.thread_id, LeaseExpired)
                     expired += 1
             return expired
+
+    def cancel(self, jid: str) -> bool:
+        """Cancel the job ``jid``: JobCancelled raised in the thread whose guard runs it (True),
+        else remembered so a guard entered for it raises JobCancelled before perform (False)."""
+        with self._lock:
+            now = self.clock.monotonic()
+            self._cancel_requests.pop(jid, None)
+            self._cancel_requests[jid] = now
+            while self._cancel_requests:  # oldest first: forget what is past the retention
+                oldest, asked_at = next(iter(self._cancel_requests.items()))
+                if asked_at >= now - RETENTION_SECONDS:
+                    break
+                del self._cancel_requests[oldest]
+            for guard in self._guards.values():
+                if guard.jid == jid and guard.state is GuardState.RUNNING:
+                    guard.state = GuardState.FIRED
+                    guard.fired_with = JobCancelled
+                    self.cancelled_total += 1
+                    self.interrupt(guard.thread_id, JobCancelled)
+                    return True
+        return False
 
     def running(self) -> dict[int, tuple[float, GuardState]]:
         """thread id -> (timeout seconds, state) of the guarded performs running now."""
@@ -218,15 +256,26 @@ class Watchdog(Component):
 
     # --- the processor thread's side (under the lock: never blocks on Redis) -------------
 
-    def _enter(self, guard: Guard) -> None:
+    def _enter(self, guard: Guard) -> bool:
+        """Register the guard; whether its job's cancel was asked already (it is then FIRED)."""
         with self._lock:
-            guard.deadline = self.clock.monotonic() + guard.timeout_seconds
-            earliest = min((other.deadline for other in self._guards.values() if other.state is GuardState.RUNNING), default=math.inf)
-            self._guards[guard.thread_id] = guard
-            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
-                self.start()
-            elif guard.deadline < earliest:
-                self._woken.set()
+            if guard.timeout_seconds == math.inf:  # only cancellable: the watchdog thread has nothing to wait for
+                guard.deadline = math.inf
+                self._guards[guard.thread_id] = guard
+            else:
+                guard.deadline = self.clock.monotonic() + guard.timeout_seconds
+                earliest = min((other.deadline for other in self._guards.values() if other.state is GuardState.RUNNING), default=math.inf)
+                self._guards[guard.thread_id] = guard
+                if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                    self.start()
+                elif guard.deadline < earliest:
+                    self._woken.set()
+            if self._cancel_requests and guard.jid in self._cancel_requests:
+                guard.state = GuardState.FIRED
+                guard.fired_with = JobCancelled
+                self.cancelled_total += 1
+                return True
+            return False
 
     def _leave(self, guard: Guard) -> bool:
         """Mark the guard done and clear an exception fired but not yet delivered; whether it fired."""
@@ -262,7 +311,7 @@ class Watchdog(Component):
                             fired.append(guard)
                         else:
                             wake = min(wake, guard.deadline)
-                    if guard.state is GuardState.FIRED and self.hard_limit_seconds is not None:
+                    if guard.state is GuardState.FIRED and guard.fired_with is not JobCancelled and self.hard_limit_seconds is not None:
                         hard_deadline = guard.deadline + self.hard_limit_seconds
                         if now >= hard_deadline:
                             guard.state = GuardState.STUCK

@@ -153,4 +153,4 @@ class TrackedLedgerJob(TrackedJob):
         ledger_client().hincrby(DONE, ledger_id, 1)
 
 
-from tests.faults import limiter_jobs  # noqa: E402, F401  # the limiter scenarios' jobs, known to workers
+from tests.faults import cancel_jobs, limiter_jobs  # noqa: E402, F401  # the limiter and cancel scenarios' jobs, known to workers

@@ -346,15 +346,16 @@ def _spying_table(called: list[tuple[str, str]]) -> ending.Table:
     return ending.Table.of(tuple(rows))
 
 
-def test_a_plain_job_is_heard_only_by_the_limits_guard(redis, monkeypatch):
+def test_a_plain_job_is_heard_only_by_the_keyless_guards(redis, monkeypatch):
     # Given a table whose every hook notes its call
     called: list[tuple[str, str]] = []
     monkeypatch.setattr(ending, "TABLE", _spying_table(called))
     # When a job with none of the features runs and succeeds
     client.push({"class": Ends.wire_name(), "args": ["succeed"], "queue": "default"})
     _processor().process(_fetched(redis))
-    # Then only the row that hears every job was called (a run may take a limiter's slot)
-    assert called == [("guard", "limits")]
+    # Then only the rows that hear every job were called (any run may be cancelled, and may
+    # take a limiter's slot)
+    assert called == [("guard", "cancel"), ("guard", "limits")]
 
 
 def test_every_feature_hears_the_job_at_its_moments_in_table_order(redis, monkeypatch):
@@ -369,7 +370,7 @@ def test_every_feature_hears_the_job_at_its_moments_in_table_order(redis, monkey
         ("admit", "expiry"),
         ("start", "unique"),
         ("start", "timeouts"),
-        ("guard", "timeouts"),  # the guards wrap perform before the run begins
+        ("guard", "cancel"),  # the guards wrap perform before the run begins (the job's timeout is the cancel row's guard)
         ("guard", "limits"),
         ("around", "results"),
         ("end", "results"),

@@ -3,7 +3,7 @@
 Subcommands: ``stats``, ``queues``, ``processes``, ``busy``, ``retry`` / ``dead`` (``list``, ``retry-all``,
 ``clear``), ``schedule``, ``results [JID]``, ``periodic`` (``list``, ``enable`` / ``disable`` /
 ``run NAME``), ``limits``, ``unique``, ``batch BID``, ``batches``, ``pause`` / ``resume QUEUE``, ``quiet`` /
-``stop IDENTITY``. Output is
+``stop IDENTITY``, ``cancel JID...`` (stop running jobs, remove waiting ones: ``api.cancel_many``). Output is
 an aligned table, or JSON with ``--json`` (one document per call, for scripts). Arguments are
 shown redacted and truncated, as in the dashboard. ``clear`` asks for ``--yes``: it deletes jobs.
 Redis down is a CommandError naming the server, exit status 1. ``--shard NAME`` (before the
@@ -159,6 +159,8 @@ class Command(BaseCommand):
             add(name, help=f"{what} a queue").add_argument("queue")
         for name, what in (("quiet", "TSTP: stop fetching"), ("stop", "TERM: shut down")):
             add(name, help=f"signal a process ({what})").add_argument("identity")
+        cancel_parser = add("cancel", help="cancel jobs by jid: a running one stops within a second, a waiting one is removed")
+        cancel_parser.add_argument("jids", nargs="+", metavar="JID")
 
     @staticmethod
     def _filters(parser: CommandParser) -> None:
@@ -557,3 +559,12 @@ class Command(BaseCommand):
 
     def do_stop(self, options: dict[str, Any]) -> None:
         self._signal(options["identity"], "stop")
+
+    def do_cancel(self, options: dict[str, Any]) -> None:
+        answers = api.cancel_many(options["jids"])
+        document = [{"jid": answer.jid, "outcome": answer.outcome, "where": answer.where} for answer in answers]
+        if self.as_json:
+            self.stdout.write(json.dumps(document, indent=2))
+            return
+        for answer in answers:
+            self.stdout.write(answer.message)
