@@ -23,10 +23,10 @@ only when that is not enough.
 | jobsapp.E020 | TIMEOUT_HARD_LIMIT_SECONDS is neither None nor a positive number of seconds |
 | jobsapp.W001 | the dashboard is in the URLs but no login page exists for anonymous visitors |
 | jobsapp.W002 | DEFAULT_QUEUE is not in QUEUES: ``runworkers`` without ``-q`` never takes jobs pushed there |
-| jobsapp.W050 | OUTBOX is on but the outbox table is missing (``manage.py migrate jobsapp``): pushes go without it |
+| jobsapp.W050 | OUTBOX on, the outbox table missing (``migrate jobsapp``); a database check (``check --database default``) |
 | jobsapp.E040-E042, E044 | Sentinel, ENQUEUE_REPLICAS and SHARDS (``check_connection_settings``; E043 is unused) |
 | jobsapp.W045 | a class routed to a shard whose workers do not serve its queue (its jobs would sit unrun) |
-| jobsapp.E201-E204, W201-W202 | the Django tasks backend's TASKS entry (``jobsapp.django_tasks.JobsBackend.check``) |
+| jobsapp.E201-E205, W201-W202 | the Django tasks backend's TASKS entry (``jobsapp.django_tasks.JobsBackend.check``) |
 
 tests/jobsapp/test_check_ids.py pins every id: an id is never renumbered or reused.
 """
@@ -39,6 +39,7 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db.migrations.recorder import MigrationRecorder
 
 from . import outbox, registry, shards
 from .client import job_template
@@ -199,20 +200,27 @@ def check_default_queue(app_configs: Any = None, **kwargs: Any) -> list[checks.C
     ]
 
 
-@checks.register("jobsapp")
+@checks.register(checks.Tags.database)
 def check_outbox_table(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """jobsapp.W050: OUTBOX is on and its table is missing. A warning, not an error: the engine
-    runs without the outbox (pushes wait for the commit alone) until the migration is applied."""
-    if jobs_settings.OUTBOX is not True:
+    runs without the outbox (pushes wait for the commit alone) until the migration is applied.
+    A database check, as Django's: run when the command names the database (``check --database
+    default``, ``migrate``), never by a plain ``check``, which must not need a database."""
+    if jobs_settings.OUTBOX is not True or DEFAULT_DB_ALIAS not in (kwargs.get("databases") or ()):
         return []
     try:
-        present = outbox.TABLE in connections[DEFAULT_DB_ALIAS].introspection.table_names()
+        tables = connections[DEFAULT_DB_ALIAS].introspection.table_names()
     except DatabaseError as exc:
-        problem = f"the database could not be asked whether the table {outbox.TABLE} exists ({exc})"
-    else:
-        if present:
-            return []
-        problem = f"the table {outbox.TABLE} does not exist"
+        return [
+            checks.Warning(
+                f"JOBSAPP['OUTBOX'] is on but the database could not be asked whether the table {outbox.TABLE} exists ({exc}).",
+                hint="Check DATABASES, then run `python manage.py migrate jobsapp` if the table is missing.",
+                id="jobsapp.W050",
+            )
+        ]
+    if outbox.TABLE in tables or MigrationRecorder.Migration._meta.db_table not in tables:
+        return []  # present, or a database never migrated at all (its first migrate creates it)
+    problem = f"the table {outbox.TABLE} does not exist"
     return [
         checks.Warning(
             f"JOBSAPP['OUTBOX'] is on but {problem}: pushes inside transactions wait for the commit without the outbox, "

@@ -47,7 +47,7 @@ DEFAULTS: dict[str, Any] = {
     # also written to the table jobsapp_outbox in it, so a committed job is never lost (Redis down
     # at commit, the process killed after COMMIT); runworkers' relay pushes what is left once it
     # is OUTBOX_GRACE_SECONDS old. Needs `manage.py migrate jobsapp` (check jobsapp.W050).
-    "OUTBOX": False,
+    "OUTBOX": True,
     "OUTBOX_GRACE_SECONDS": 5.0,
     # How long the relay's lock (one relay at a time across the fleet) outlives a relay that died.
     "OUTBOX_RELAY_LOCK_SECONDS": 30.0,

@@ -80,6 +80,9 @@ CONTEXT_KEY = "django_task_takes_context"
 DEFAULT_OPTIONS: dict[str, Any] = {
     "RETRY": 0,  # 0: a failure is FAILED at once (dead set); n: n retries with Sidekiq's backoff
     "RETAIN_SECONDS": 24 * 3600,  # how long results (and get_result) stay available
+    # Django's backends enqueue at once, inside a transaction too; True waits for the commit
+    # there (through the transactional outbox when JOBSAPP["OUTBOX"] is on), as Job.perform_async.
+    "ENQUEUE_ON_COMMIT": False,
 }
 
 _lock = threading.Lock()
@@ -270,7 +273,8 @@ class JobsBackend(BaseTaskBackend):
             "created_at": timestamp,
             BACKEND_KEY: self.alias,
             # Django's task backends enqueue at once (its docs: wrap enqueue in on_commit yourself)
-            "on_commit": False,
+            # unless OPTIONS["ENQUEUE_ON_COMMIT"] asks to wait for the commit
+            "on_commit": self.option("ENQUEUE_ON_COMMIT") is True,
         }
         if task.takes_context:
             options[CONTEXT_KEY] = True
@@ -372,6 +376,14 @@ class JobsBackend(BaseTaskBackend):
                     f"TASKS[{self.alias!r}]['OPTIONS']['RETAIN_SECONDS'] is {retain!r}.",
                     hint="Use a positive number of seconds: results are kept that long after a task's last change.",
                     id="jobsapp.E204",
+                )
+            )
+        if not isinstance(self.option("ENQUEUE_ON_COMMIT"), bool):
+            messages.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}]['OPTIONS']['ENQUEUE_ON_COMMIT'] is {self.option('ENQUEUE_ON_COMMIT')!r}.",
+                    hint="Use False (enqueue at once, Django's default) or True (wait for the transaction's commit).",
+                    id="jobsapp.E205",
                 )
             )
         with _lock:

@@ -187,6 +187,7 @@ RECOVERIES: str  # HASH jid -> times the job was recovered from a dead process
 PAUSED: str  # SET of paused queue names; fetch skips them
 SWEEP_LOCK: str  # STRING (SET NX PX): one orphan sweeper at a time
 OUTBOX_RELAY_LOCK: str  # STRING (relay_lock.lua): one outbox relay at a time
+OUTBOX_PUSHED: str  # ZSET jid -> push time: outbox entries pushed at commit, for the relay to delete
 RESULTS: str  # ZSET score=expiry epoch seconds, member=jid of a finished retained job
 STAT_EXPIRED: str  # STRING lifetime counter of jobs dropped unrun past expires_at
 CANCELLED: str  # ZSET score=request epoch seconds, member=jid: the cancels asked for lately (jobsapp.cancellation)
@@ -347,6 +348,7 @@ _NAMED: dict[str, str] = {
     "PAUSED": "jobsapp:paused",
     "SWEEP_LOCK": "jobsapp:lock:sweep",
     "OUTBOX_RELAY_LOCK": "jobsapp:lock:outbox_relay",
+    "OUTBOX_PUSHED": "jobsapp:outbox:pushed",
     "RESULTS": "jobsapp:results",
     "STAT_EXPIRED": "jobsapp:stat:expired",
     "CANCELLED": "jobsapp:cancelled",

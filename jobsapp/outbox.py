@@ -8,20 +8,23 @@ hands ``transaction.on_commit`` the push itself. So:
 
 - rollback: the entry and the push vanish together; nothing is pushed;
 - commit: the push is made at once, as without the outbox (no added latency for the worker),
-  then the entry is deleted (one autocommit DELETE);
+  then marked pushed in Redis (``jobsapp:outbox:pushed``, one ZADD): the relay deletes marked
+  entries in bulk, one DELETE a round, so a commit pays no DELETE (a database COMMIT of its own,
+  what made the first version of this cost milliseconds on PostgreSQL: docs/benchmarks.md);
 - Redis down at commit: the push fails, the entry stays, and the commit is not disturbed
   (nothing is raised out of the ``atomic`` block: the rows and the job are both safe); the
   relay pushes it once Redis answers;
-- the process dies after COMMIT, before the push or the DELETE: the entry stays, and the relay
-  pushes it (perhaps a second time: a duplicate, run as Sidekiq runs one);
+- the process dies after COMMIT, before the push: the entry stays unmarked, and the relay pushes
+  it (between the push and the mark: a second time, a duplicate, run as Sidekiq runs one);
 - the push fails for another reason (a client middleware raising, Redis refusing the payload):
   the entry is parked with the reason (``parked_at``, ``reason``), shown to operators, never
   tried again on its own.
 
 The relay (``jobsapp.worker.relay``, thread ``jobsapp.outbox_relay`` of ``runworkers``) calls
-``relay_due``: entries older than ``OUTBOX_GRACE_SECONDS`` (their own process had that long to
-push them), oldest first, each pushed through the same ``kind`` and deleted right after, so a relay
-killed mid-batch leaves at most the entry it was pushing to be pushed again. Delivery is
+``relay_due`` about once a second: the marked entries are deleted (and their marks removed), the
+unmarked ones older than ``OUTBOX_GRACE_SECONDS`` (their own process had that long to push them)
+pushed, oldest first, through the same ``kind``, each deleted right after, so a relay killed
+mid-round leaves at most the entry it was pushing to be pushed again. Delivery is
 at-least-once and keyed by jid: the jid is chosen before the entry is written and rides in it, so
 a second push of an entry is the same job (a unique job's lock refuses it; batches and tracking
 count it once).
@@ -32,7 +35,8 @@ entry naming an unknown kind is parked. With ``OUTBOX`` on but the table missing
 has not migrated), ``enabled`` says False, pushes go through ``transaction.on_commit`` alone as
 without the outbox, and the system check jobsapp.W050 says what to run.
 
-Redis keys: none here (the pushes are the client's; the relay's lock is the relay's).
+Redis keys: ``jobsapp:outbox:pushed`` (ZSET jid -> push time; marks older than a day trimmed);
+the pushes are the client's, the relay's lock is the relay's.
 """
 
 from __future__ import annotations
@@ -49,8 +53,9 @@ from typing import Any
 from django.apps import apps
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, transaction
 
-from . import client, faults
+from . import client, faults, keys
 from .conf import jobs_settings
+from .connection import REDIS_ERRORS, get_redis
 from .errors import PayloadTooLarge, RedisUnavailable, ReplicationTimeout
 from .payload import compact_json
 
@@ -69,6 +74,10 @@ def _entries(using: str) -> models.QuerySet[Any]:
 #: kind -> handler(arguments): what an entry's push is. Handlers raise RedisUnavailable for an
 #: outage (the entry waits) and anything else for a push that cannot succeed (the entry is parked).
 KINDS: dict[str, Callable[[dict[str, Any]], Any]] = {}
+
+#: How long a mark outlives an entry the relay never saw (its table emptied by hand, a relay
+#: that did not run): then trimmed.
+MARK_KEPT_SECONDS = 24 * 3600
 
 _tables_present: dict[str, bool] = {}
 _tables_lock = threading.Lock()
@@ -129,108 +138,149 @@ def encode(arguments: dict[str, Any], *, jobs: int = 1) -> str:
     return text
 
 
-def defer(kind: str, arguments: dict[str, Any], *, jid: str, jobs: int = 1, using: str = DEFAULT_DB_ALIAS) -> int:
+def defer(kind: str, arguments: dict[str, Any], *, jid: str, jobs: int = 1, using: str = DEFAULT_DB_ALIAS) -> None:
     """Write the entry (``jobs`` jobs under ``jid`` and the next) in the current transaction and
-    push it when it commits; returns its id. Call it only inside the project's transaction with
-    ``enabled()`` true."""
+    push it when it commits. Call it only inside the project's transaction with ``enabled()`` true.
+
+    One plain INSERT (no ORM instance, no RETURNING: the entry is found again by its jid), the
+    cost a push pays inside the transaction (docs/benchmarks.md)."""
     if kind not in KINDS:
         raise LookupError(f"no outbox kind {kind!r}: register it with jobsapp.outbox.register")
     text = encode(arguments, jobs=jobs)
-    entry_id = _entries(using).create(kind=kind, jid=jid, arguments=text, created_at=time.time()).pk
-    transaction.on_commit(partial(deliver, entry_id, kind, arguments, using=using), using=using)
-    return int(entry_id)
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(_insert_sql(connection), [kind, jid, text, time.time()])
+    transaction.on_commit(partial(deliver, kind, arguments, jid=jid, using=using), using=using)
 
 
-def deliver(entry_id: int, kind: str, arguments: dict[str, Any], *, using: str = DEFAULT_DB_ALIAS) -> bool:
-    """At commit: push, then delete the entry. Never raises: an outage leaves the entry to the
-    relay, any other failure parks it with the reason. Whether the push was made."""
+_insert_statements: dict[str, str] = {}
+
+
+def _insert_sql(connection: Any) -> str:
+    """The INSERT of one entry, in the quoting of ``connection``'s database (built once per vendor)."""
+    statement = _insert_statements.get(connection.vendor)
+    if statement is None:
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(column) for column in ("kind", "jid", "arguments", "created_at", "attempts", "reason"))
+        statement = f"INSERT INTO {quote(TABLE)} ({columns}) VALUES (%s, %s, %s, %s, 0, '')"  # noqa: S608  # names are ours, values bound
+        _insert_statements[connection.vendor] = statement
+    return statement
+
+
+def deliver(kind: str, arguments: dict[str, Any], *, jid: str, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """At commit: push, then mark the entry pushed (``mark_pushed``). Never raises: an outage
+    leaves the entry to the relay, any other failure parks it with the reason. Whether the push
+    was made."""
     if faults.POINT:
         faults.reach("outbox_committed")
     try:
         KINDS[kind](arguments)
     except RedisUnavailable as exc:  # the entry waits for the relay; the commit stands
-        logger.warning(
-            "outbox entry %s (jid %s): Redis refused the push at commit, the relay will push it: %s", entry_id, _jid(arguments), exc
-        )
+        logger.warning("outbox entry of jid %s: Redis refused the push at commit, the relay will push it: %s", jid, exc)
         return False
     except ReplicationTimeout as exc:  # written to the master: enqueued, only not yet replicated
-        logger.warning("outbox entry %s: %s", entry_id, exc)
+        logger.warning("outbox entry of jid %s: %s", jid, exc)
     except Exception as exc:  # noqa: BLE001  # a push that cannot succeed: parked, shown, never retried hot
-        park(entry_id, f"{type(exc).__name__}: {exc}", using=using)
-        logger.error("outbox entry %s (jid %s) could not be pushed and is parked: %s", entry_id, _jid(arguments), exc)
+        park(_entries(using).filter(jid=jid, parked_at__isnull=True), f"{type(exc).__name__}: {exc}")
+        logger.error("outbox entry of jid %s could not be pushed and is parked: %s", jid, exc)
         return False
-    _delete(entry_id, using=using)
+    mark_pushed(jid)
     return True
 
 
-def _jid(arguments: dict[str, Any]) -> str:
-    jid = arguments.get("item", {}).get("jid")
-    return str(jid[0] if isinstance(jid, list) and jid else jid)
-
-
-def _delete(entry_id: int, *, using: str) -> None:
+def mark_pushed(jid: str) -> None:
+    """Record in Redis that the entry of ``jid`` was pushed (``jobsapp:outbox:pushed``): the relay
+    deletes marked entries in bulk instead of each commit paying a DELETE of its own."""
     try:
-        _entries(using).filter(pk=entry_id).delete()
-    except DatabaseError as exc:  # the job is pushed; the relay will push the entry again (a duplicate)
-        logger.warning("outbox entry %s was pushed but could not be deleted (%s): it may run twice", entry_id, exc)
+        get_redis().zadd(keys.OUTBOX_PUSHED, {jid: time.time()})
+    except REDIS_ERRORS as exc:  # the job is pushed; unmarked, the relay will push it again (a duplicate)
+        logger.warning("outbox entry of jid %s was pushed but could not be marked (%s): it may run twice", jid, exc)
 
 
-def park(entry_id: int, reason: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
-    """Move an entry aside with ``reason``: kept and shown, never pushed on its own again."""
+def park(entries: models.QuerySet[Any], reason: str) -> None:
+    """Move ``entries`` aside with ``reason``: kept and shown, never pushed on their own again."""
     try:
-        _entries(using).filter(pk=entry_id).update(parked_at=time.time(), reason=reason[:10_000])
+        entries.update(parked_at=time.time(), reason=reason[:10_000])
     except DatabaseError as exc:  # left waiting: the relay will try it (and park it) again
-        logger.warning("outbox entry %s could not be parked (%s)", entry_id, exc)
+        logger.warning("outbox entry could not be parked (%s): %s", exc, reason)
 
 
 @dataclass(frozen=True)
 class RelayRound:
     """What one ``relay_due`` call did."""
 
-    pushed: int
+    cleaned: int  # entries pushed at their commit, deleted now
+    pushed: int  # entries the relay pushed itself
     parked: int
-    full: bool  # as many entries as asked for were due: more may be waiting
+    full: bool  # as many entries as asked for were read: more may be waiting
+
+    @property
+    def again(self) -> bool:
+        """Whether another round at once may find more to do."""
+        return self.full and bool(self.cleaned or self.pushed or self.parked)
 
 
 def relay_due(
-    *, grace_seconds: float, limit: int = 100, keep_going: Callable[[], bool] = lambda: True, using: str = DEFAULT_DB_ALIAS
+    *,
+    grace_seconds: float,
+    limit: int = 1000,
+    keep_going: Callable[[], bool] = lambda: True,
+    using: str = DEFAULT_DB_ALIAS,
 ) -> RelayRound:
-    """Push the entries older than ``grace_seconds``, oldest first, at most ``limit``, each deleted
-    right after its push; stops early when ``keep_going()`` turns false (the relay lost its lock
-    or is stopping). RedisUnavailable propagates (the outage: what is left waits)."""
+    """One round of the relay over the ``limit`` oldest waiting entries: delete those marked
+    pushed (one DELETE), then push each unmarked one older than ``grace_seconds`` and delete it
+    right after; stops early when ``keep_going()`` turns false (the relay lost its lock or is
+    stopping). RedisUnavailable propagates (the outage: what is left waits)."""
+    rows = list(_entries(using).filter(parked_at__isnull=True).order_by("pk").values_list("pk", "jid", "created_at")[:limit])
+    if not rows:
+        return RelayRound(cleaned=0, pushed=0, parked=0, full=False)
+    client = get_redis()
+    scores = client.zmscore(keys.OUTBOX_PUSHED, [jid for _, jid, _ in rows])
+    marked = [(entry_id, jid) for (entry_id, jid, _), score in zip(rows, scores, strict=True) if score is not None]
+    if marked:
+        _entries(using).filter(pk__in=[entry_id for entry_id, _ in marked]).delete()
+        client.zrem(keys.OUTBOX_PUSHED, *[jid for _, jid in marked])
+    client.zremrangebyscore(keys.OUTBOX_PUSHED, "-inf", time.time() - MARK_KEPT_SECONDS)
     cutoff = time.time() - grace_seconds
-    rows = list(
-        _entries(using)
-        .filter(parked_at__isnull=True, created_at__lt=cutoff)
-        .order_by("pk")
-        .values_list("pk", "kind", "arguments", "attempts")[:limit]
-    )
+    done = {entry_id for entry_id, _ in marked}
     pushed = parked = 0
-    for entry_id, kind, text, attempts in rows:
+    for entry_id, _, created_at in rows:
+        if entry_id in done or created_at >= cutoff:
+            continue
         if not keep_going():
             break
-        _entries(using).filter(pk=entry_id).update(attempts=attempts + 1)
-        handler = KINDS.get(kind)
-        if handler is None:
-            park(entry_id, f"unknown outbox kind {kind!r} (not registered in this process)", using=using)
+        if _push_left(entry_id, using=using):
+            pushed += 1
+        else:
             parked += 1
-            continue
-        try:
-            handler(json.loads(text))
-        except RedisUnavailable:  # the outage: this entry and the rest wait for the next round
-            raise
-        except ReplicationTimeout as exc:  # enqueued on the master
-            logger.warning("outbox entry %s: %s", entry_id, exc)
-        except Exception as exc:  # noqa: BLE001  # a push that cannot succeed: parked with the reason
-            park(entry_id, f"{type(exc).__name__}: {exc}", using=using)
-            logger.error("outbox entry %s could not be pushed and is parked: %s", entry_id, exc)
-            parked += 1
-            continue
-        if faults.POINT:
-            faults.reach("outbox_relay_pushed")
-        _entries(using).filter(pk=entry_id).delete()
-        pushed += 1
-    return RelayRound(pushed=pushed, parked=parked, full=len(rows) >= limit)
+    return RelayRound(cleaned=len(marked), pushed=pushed, parked=parked, full=len(rows) >= limit)
+
+
+def _push_left(entry_id: int, *, using: str) -> bool:
+    """Push one entry its own process did not, and delete it; False when it was parked instead."""
+    row = _entries(using).filter(pk=entry_id, parked_at__isnull=True).values_list("kind", "arguments", "attempts").first()
+    if row is None:  # deleted or parked meanwhile (an operator)
+        return True
+    kind, text, attempts = row
+    _entries(using).filter(pk=entry_id).update(attempts=attempts + 1)
+    handler = KINDS.get(kind)
+    if handler is None:
+        park(_entries(using).filter(pk=entry_id), f"unknown outbox kind {kind!r} (not registered in this process)")
+        return False
+    try:
+        handler(json.loads(text))
+    except RedisUnavailable:  # the outage: this entry and the rest wait for the next round
+        raise
+    except ReplicationTimeout as exc:  # enqueued on the master
+        logger.warning("outbox entry %s: %s", entry_id, exc)
+    except Exception as exc:  # noqa: BLE001  # a push that cannot succeed: parked with the reason
+        park(_entries(using).filter(pk=entry_id), f"{type(exc).__name__}: {exc}")
+        logger.error("outbox entry %s could not be pushed and is parked: %s", entry_id, exc)
+        return False
+    if faults.POINT:
+        faults.reach("outbox_relay_pushed")
+    _entries(using).filter(pk=entry_id).delete()
+    return True
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ The raw client (``jobsapp.client.push``) always pushes at once.
 
 With ``JOBSAPP["OUTBOX"]`` on (and its table migrated), a deferred push is also written to the
 outbox table in the same transaction (``jobsapp.outbox``): a committed job is then never lost,
-whatever happens after the COMMIT. Every push inside the project's transaction goes through it
-then (the Celery and ``django.tasks`` surfaces too, which push at once without it:
-``upstream_choice``), unless ``on_commit=False`` was asked for.
+whatever happens after the COMMIT. The Celery and ``django.tasks`` surfaces push at once inside a
+transaction, as upstream does (Django's conformance suite pins it), unless asked to wait:
+Celery's ``delay_on_commit`` (``commit_bound``) and the backend's ``ENQUEUE_ON_COMMIT`` option.
 
 What happens to a deferred job when the push fails at commit: without the outbox, the transaction
 has committed by then, so ``RedisUnavailable`` propagates out of the ``atomic`` block (a view
@@ -26,7 +26,9 @@ the push stops it as it would have at once (the caller already holds a jid that 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import partial
 from typing import Any
 
@@ -51,17 +53,26 @@ def in_project_transaction(using: str = DEFAULT_DB_ALIAS) -> bool:
 def should_defer(choice: Any) -> bool:
     """``choice``: the call's or the class's ``on_commit`` option (None: the setting decides).
     Cheap outside a transaction (every push asks): the setting is read only inside one."""
-    if choice is False or not in_project_transaction():
+    if not in_project_transaction():
         return False
-    if choice is None:
-        return bool(jobs_settings.ENQUEUE_ON_COMMIT or jobs_settings.OUTBOX)
-    return bool(choice)
+    if choice is False:
+        return _commit_bound.get()
+    return bool(jobs_settings.ENQUEUE_ON_COMMIT if choice is None else choice)
 
 
-def upstream_choice() -> bool | None:
-    """The ``on_commit`` option of the Celery and ``django.tasks`` surfaces: they push at once
-    inside a transaction, as upstream does, unless the outbox is on (then as every push)."""
-    return None if jobs_settings.OUTBOX else False
+_commit_bound: ContextVar[bool] = ContextVar("jobsapp_commit_bound", default=False)
+
+
+@contextmanager
+def commit_bound() -> Iterator[None]:
+    """Inside it, every push of this thread inside the project's transaction waits for the commit
+    (through the outbox when it is on), even one that asked to go at once: how Celery's
+    ``delay_on_commit`` runs ``apply_async`` (which pushes at once, as Celery's)."""
+    token = _commit_bound.set(True)
+    try:
+        yield
+    finally:
+        _commit_bound.reset(token)
 
 
 def defer_push(item: Item, push: Callable[[Item], Any]) -> str:

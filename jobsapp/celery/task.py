@@ -43,7 +43,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from .. import result_writer, results
+from .. import outbox, result_writer, results, transactions
 from ..errors import JobTimeout
 from ..functions import FunctionJob, job_class_for
 from ..payload import RECOVERED_KEY, Item, check_json_native, compact_json, new_jid, now
@@ -319,9 +319,15 @@ class Task(Generic[Params, Returned]):
         return self.apply_async(args, kwargs)
 
     def delay_on_commit(self, *args: Params.args, **kwargs: Params.kwargs) -> None:
-        """``delay`` once the current database transaction commits (at once outside one)."""
+        """``delay`` once the current database transaction commits (at once outside one). With
+        ``JOBSAPP["OUTBOX"]`` on, inside the project's transaction, the push is written to the
+        outbox in it (``jobsapp.transactions.commit_bound``), as ``Job.perform_async``'s."""
         from django.db import transaction
 
+        if transactions.in_project_transaction() and outbox.enabled():
+            with transactions.commit_bound():
+                self.apply_async(args, kwargs)
+            return
         transaction.on_commit(lambda: self.apply_async(args, kwargs))
 
     def apply_async(

@@ -1,7 +1,8 @@
 """The transactional outbox (issue 31), in one process on a real Redis and the test database: a
-push inside the project's transaction is written with it, pushed at its commit and its entry
-deleted; a rollback leaves nothing; Redis down at commit leaves the entry for the relay (and
-raises nothing out of the block); a push that cannot succeed is parked with its reason."""
+push inside the project's transaction is written with it, pushed at its commit and marked pushed,
+and the relay's next round deletes the entry without pushing it again; a rollback leaves nothing;
+Redis down at commit leaves the entry for the relay (and raises nothing out of the block); a push
+that cannot succeed is parked with its reason."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def redis_back(settings, url: str) -> None:
     jobs_connection.reset()
 
 
-def test_inside_a_transaction_the_entry_is_written_then_pushed_and_deleted_at_commit(redis):
+def test_inside_a_transaction_the_entry_is_written_then_pushed_at_commit_and_cleaned_by_the_relay(redis):
     # Given jobs pushed every way inside a transaction
     with transaction.atomic():
         single = Record.perform_async("one")
@@ -57,10 +58,15 @@ def test_inside_a_transaction_the_entry_is_written_then_pushed_and_deleted_at_co
         # Then before the commit each push is an outbox entry in the transaction, and Redis is empty
         assert sorted(OutboxEntry.objects.values_list("jid", flat=True)) == sorted([single, later, bulk[0]])
         assert redis.llen("queue:default") == 0
-    # When it commits, Then every job is in Redis under its jid and no entry is left
+    # When it commits, Then every job is in Redis under its jid, each entry marked pushed
     assert [item["jid"] for item in queued(redis)] == [single, *bulk]
     assert {json.loads(raw)["jid"] for raw in redis.zrange("schedule", 0, -1)} == {later}
-    assert OutboxEntry.objects.count() == 0
+    assert {jid.decode() for jid in redis.zrange("jobsapp:outbox:pushed", 0, -1)} == {single, later, bulk[0]}
+    # When the relay runs, even with no grace, Then it deletes the entries and their marks, pushing nothing again
+    done = outbox.relay_due(grace_seconds=0)
+    assert (done.cleaned, done.pushed) == (3, 0)
+    assert OutboxEntry.objects.count() == 0 and redis.zcard("jobsapp:outbox:pushed") == 0
+    assert redis.llen("queue:default") == 3
 
 
 def test_a_rollback_leaves_no_entry_and_pushes_nothing(redis):
@@ -78,7 +84,7 @@ def test_a_rolled_back_savepoint_takes_its_entry_and_its_push_with_it(redis):
             Record.perform_async("undone")
             raise RuntimeError("inner block failed")
     assert [item["jid"] for item in queued(redis)] == [kept]
-    assert OutboxEntry.objects.count() == 0
+    assert list(OutboxEntry.objects.values_list("jid", flat=True)) == [kept]
 
 
 def test_outside_a_transaction_nothing_is_written(redis):
@@ -98,7 +104,7 @@ def test_redis_down_at_commit_raises_nothing_and_the_relay_pushes_the_entry_late
     redis_back(settings, working)
     done = outbox.relay_due(grace_seconds=0)
     # Then the job is in Redis under its jid, once, and the outbox is empty
-    assert (done.pushed, done.parked) == (1, 0)
+    assert (done.cleaned, done.pushed, done.parked) == (0, 1, 0)
     assert [item["jid"] for item in queued(redis)] == [jid]
     assert OutboxEntry.objects.count() == 0
 
@@ -129,11 +135,12 @@ def test_a_push_that_cannot_succeed_is_parked_with_its_reason_and_never_retried(
         accepted = Record.perform_async("accepted")
     # Then the commit stands, the other job is pushed, and the refused one is parked with its reason
     assert [item["jid"] for item in queued(redis)] == [accepted]
+    outbox.relay_due(grace_seconds=60)  # the pushed entry cleaned
     entry = OutboxEntry.objects.get()
     assert entry.jid == refused and entry.parked_at is not None
     assert "ValueError: this payload is refused" in entry.reason
     # And the relay never tries it again; operators see it
-    assert outbox.relay_due(grace_seconds=0).pushed == 0
+    assert outbox.relay_due(grace_seconds=0) == outbox.RelayRound(cleaned=0, pushed=0, parked=0, full=False)
     state = outbox.state()
     assert state is not None and (state.depth, state.parked) == (0, 1)
     assert [parked.jid for parked in outbox.parked()] == [refused]
@@ -189,14 +196,14 @@ def test_without_the_table_the_engine_runs_without_the_outbox_and_the_check_says
             jid = Record.perform_async("no table")
         assert [item["jid"] for item in queued(redis)] == [jid]
         # And the system check names what is missing, with a stable id
-        messages = check_outbox_table()
+        messages = check_outbox_table(databases=["default"])
         assert [message.id for message in messages] == ["jobsapp.W050"]
         assert messages[0].level == checks.WARNING and "migrate jobsapp" in (messages[0].hint or "")
     finally:
         with connection.schema_editor() as editor:
             editor.create_model(OutboxEntry)
         outbox.forget_tables()
-    assert check_outbox_table() == []
+    assert check_outbox_table(databases=["default"]) == []
 
 
 def test_a_raw_client_push_inside_a_transaction_is_still_immediate(redis):
