@@ -9,6 +9,8 @@ validation an app built on the engine runs on its own settings dict), and these 
 - ``jobsapp.api``: the operators' API on Sidekiq's layout, as ``Sidekiq::API``;
 - ``jobsapp.login``: the login page a staff page sends an anonymous visitor to;
 - ``jobsapp.http``: ``RedisUnavailableMiddleware``;
+- ``jobsapp.outbox``: the transactional outbox (``enabled``, ``defer``, ``register`` of an entry
+  kind), for an app built on the engine whose pushes must commit with its rows;
 - the features' modules: ``jobsapp.results`` (``get``), ``jobsapp.limiter``, ``jobsapp.batch``,
   ``jobsapp.unique``, ``jobsapp.periodic``, ``jobsapp.shards`` (``using``),
   ``jobsapp.transactions``, ``jobsapp.tracing``;

@@ -17,9 +17,14 @@ the task it hands out the next recorded jid (checked against the item's argument
 earlier middleware dropped cannot shift the others) instead of recording a new event. The same
 path pushes a follow-up job, the admin's retries and jobs added to a running task.
 
-If Redis refuses the push, the task's unpushed events are settled as dead ``error`` events with
-the reason (``settle_unpushed``; the caller's transaction is committed by then), and
-RedisUnavailable propagates.
+With the engine's transactional outbox on (``JOBSAPP["OUTBOX"]``, ``jobsapp.outbox``), each of
+those after-commit pushes is an outbox entry written in the same transaction as its events
+(``push_after_commit``, kind ``tracking.push_recorded``): a committed task's jobs are then never
+lost. Redis down at commit leaves the entry to the relay of ``runworkers``, which pushes it under
+the same recorded jids once Redis answers; the events wait as ``enqueue`` meanwhile, and nothing
+is raised into the committing code. Without the outbox, if Redis refuses the push, the task's
+unpushed events are settled as dead ``error`` events with the reason (``settle_unpushed``; the
+caller's transaction is committed by then), and RedisUnavailable propagates.
 
 Recording a job's transitions (``apply``; ``record`` for one) goes through here too, because a
 settled event may finish its task. A task is finished once its settled events reach its total.
@@ -54,7 +59,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jobsapp import Job, RedisUnavailable, client
+from jobsapp import Job, RedisUnavailable, client, outbox
 from jobsapp.client import Item, check_json_native, new_jid
 
 from . import recorder, single_trip
@@ -221,7 +226,7 @@ def queue_follow_up(task_id: str, *, now: datetime | None = None) -> str | None:
     template = client.job_template(wire_name)
     job: RecordedJob = (new_jid(), args, None)
     recorder.add_events(task_id, wire_name, template.queue, [job], timestamp)
-    transaction.on_commit(partial(push_recorded, task_id, wire_name, [job]))
+    push_after_commit(task_id, wire_name, [job])
     return job[0]
 
 
@@ -234,8 +239,51 @@ def settle_unpushed(job_ids: Iterable[str], reason: str) -> int:
 # --- pushing a task's jobs --------------------------------------------------------------------
 
 
-def push_recorded(
+#: The outbox kind of a task's recorded jobs (``push_after_commit``), pushed by ``_push_outboxed``.
+OUTBOX_KIND = "tracking.push_recorded"
+
+
+def push_after_commit(
     task_id: str, wire_name: str, jobs: Sequence[RecordedJob], *, queue: str | None = None, batch_size: int = 1000
+) -> None:
+    """Push recorded jobs once the current transaction commits: through the engine's outbox when
+    it is on (an entry written in this transaction), else with ``transaction.on_commit``."""
+    if not jobs:
+        return
+    if outbox.enabled():
+        arguments = {
+            "task_id": task_id,
+            "wire_name": wire_name,
+            "jobs": [list(job) for job in jobs],
+            "queue": queue,
+            "batch_size": batch_size,
+        }
+        outbox.defer(OUTBOX_KIND, arguments, jid=jobs[0][0], jobs=len(jobs))
+        return
+    transaction.on_commit(partial(push_recorded, task_id, wire_name, jobs, queue=queue, batch_size=batch_size))
+
+
+def _push_outboxed(arguments: dict[str, Any]) -> None:
+    """An outbox entry of ``push_after_commit``, at its commit or from the relay. RedisUnavailable
+    propagates and settles nothing: the entry waits and is pushed again under the same jids."""
+    jobs: list[RecordedJob] = [(str(job_id), list(args), kwargs or None) for job_id, args, kwargs in arguments["jobs"]]
+    push_recorded(
+        arguments["task_id"], arguments["wire_name"], jobs, queue=arguments.get("queue"), batch_size=int(arguments.get("batch_size", 1000)),
+        settle_on_outage=False,
+    )  # fmt: skip
+
+
+outbox.register(OUTBOX_KIND, _push_outboxed)
+
+
+def push_recorded(
+    task_id: str,
+    wire_name: str,
+    jobs: Sequence[RecordedJob],
+    *,
+    queue: str | None = None,
+    batch_size: int = 1000,
+    settle_on_outage: bool = True,
 ) -> list[str | None]:
     """Push jobs whose events are recorded and committed, under their recorded jids, to their
     class's queue (``queue``, the one recorded, for a class this process does not know).
@@ -261,9 +309,10 @@ def push_recorded(
                 pushed.append(client.push(item, job_class=template.job_class))
     except RedisUnavailable as exc:
         # Some batches may be in Redis, the rest are not; the events cannot tell which, so all
-        # of them are settled with the reason. Jobs that did get through still run (tracking
-        # ignores them: their events are final).
-        settle_unpushed((job_id for job_id, _, _ in jobs[len(pushed) :] or jobs), f"could not be enqueued: {exc}")
+        # of them are settled with the reason (unless an outbox entry will push them again).
+        # Jobs that did get through still run (tracking ignores them: their events are final).
+        if settle_on_outage:
+            settle_unpushed((job_id for job_id, _, _ in jobs[len(pushed) :] or jobs), f"could not be enqueued: {exc}")
         raise
     finally:
         _recorded.reset(token)
@@ -322,7 +371,7 @@ def launch(
         TaskCounter.objects.create(task=task, shard=ENQUEUE_SHARD, enqueue=len(jobs), updated_at=timestamp)
         recorder.add_events(task.pk, template.wire_name, template.queue, jobs, timestamp, counted=False)
         if jobs:
-            transaction.on_commit(partial(push_recorded, task.pk, template.wire_name, jobs, batch_size=batch_size))
+            push_after_commit(task.pk, template.wire_name, jobs, batch_size=batch_size)
         elif then is not None:
             queue_follow_up(task.pk, now=timestamp)
         else:
@@ -400,7 +449,7 @@ def add_jobs(task: Task | str, job_class: type[Job], args_list: Sequence[Sequenc
         ):
             raise Task.DoesNotExist(f"no task {task_id!r}")
         recorder.add_events(task_id, template.wire_name, template.queue, jobs, timestamp)
-        transaction.on_commit(partial(push_recorded, task_id, template.wire_name, jobs, batch_size=batch_size))
+        push_after_commit(task_id, template.wire_name, jobs, batch_size=batch_size)
     return [job_id for job_id, _, _ in jobs]
 
 
@@ -424,5 +473,5 @@ def retry_errored(task: Task, *, by: str = "an operator") -> int:
                 job = (job_id, list(params.get("args") or []), params.get("kwargs") or None)
                 by_class.setdefault((wire_name, queue), []).append(job)
         for (wire_name, queue), jobs in by_class.items():
-            transaction.on_commit(partial(push_recorded, task.pk, wire_name, jobs, queue=queue))
+            push_after_commit(task.pk, wire_name, jobs, queue=queue)
     return sum(len(jobs) for jobs in by_class.values())

@@ -15,6 +15,7 @@ raises ``jobsapp.RedisUnavailable``.
     api.CompletedSet().page(1)   # finished jobs pushed with retain
     api.BatchSet.get(bid)        # a Redis-only batch: counts, callbacks, failed and pending jobs
     api.cancel(jid)              # stop a running job (within a second), or remove a waiting one
+    api.Outbox.state()           # the transactional outbox: entries waiting, the oldest, parked
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from .completed import CompletedSet
     from .limits import LimiterSet, LimiterState, UniqueLock, UniqueLocks
     from .lookup import Location, find_job
+    from .outbox import Outbox, OutboxState, ParkedEntry
     from .periodic import PeriodicJob, PeriodicSet
     from .processes import DurationHistogram, Process, ProcessSet, Work, WorkSet, job_durations
     from .queues import Queue, QueueSummary
@@ -48,6 +50,7 @@ _LOCATIONS = {
     "CompletedSet": "completed",
     **dict.fromkeys(["LimiterSet", "LimiterState", "UniqueLock", "UniqueLocks"], "limits"),
     **dict.fromkeys(["Location", "find_job"], "lookup"),
+    **dict.fromkeys(["Outbox", "OutboxState", "ParkedEntry"], "outbox"),
     **dict.fromkeys(["PeriodicJob", "PeriodicSet"], "periodic"),
     **dict.fromkeys(["DurationHistogram", "Process", "ProcessSet", "Work", "WorkSet", "job_durations"], "processes"),
     **dict.fromkeys(["Queue", "QueueSummary"], "queues"),
@@ -65,7 +68,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     # The first name used imports the whole API, each module by a statement of its own (no string
     # becomes an import); each name then becomes a plain attribute as it is used.
-    from . import batches, cancelling, completed, limits, lookup, periodic, processes, queues, records, sorted_sets, stats  # noqa: F401
+    from . import batches, cancelling, completed, limits, lookup, outbox, periodic, processes, queues, records, sorted_sets, stats  # noqa: F401
 
     value = getattr(sys.modules[f"{__name__}.{_LOCATIONS[target]}"], target)
     globals()[name] = value  # the next access is a plain attribute
@@ -92,7 +95,10 @@ __all__ = [
     "LimiterSet",
     "LimiterState",
     "Location",
+    "Outbox",
+    "OutboxState",
     "Page",
+    "ParkedEntry",
     "PeriodicJob",
     "PeriodicSet",
     "Process",

@@ -211,3 +211,57 @@ def test_a_raw_client_push_inside_a_transaction_is_still_immediate(redis):
         jid = client.push({"class": "HardWorker", "args": [1]})
         assert [item["jid"] for item in queued(redis)] == [jid]
     assert OutboxEntry.objects.count() == 0
+
+
+def parked_and_waiting(settings) -> tuple[str, str]:
+    """One parked entry (its push refused) and one waiting entry (Redis down at its commit)."""
+    settings.JOBSAPP = {**settings.JOBSAPP, "CLIENT_MIDDLEWARE": [f"{__name__}.RefuseMarked"]}
+    middleware.reset_chains()
+    with transaction.atomic():
+        parked = Record.perform_async("refused")
+    working = redis_down(settings)
+    with transaction.atomic():
+        waiting = Record.perform_async("waiting")
+    redis_back(settings, working)
+    return parked, waiting
+
+
+def test_operators_see_the_depth_the_oldest_entry_and_the_parked_ones(redis, settings, django_user_model):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.test import Client
+    from django.urls import reverse
+    from prometheus_client.parser import text_string_to_metric_families
+
+    # Given an outbox with one entry waiting and one parked
+    parked, waiting = parked_and_waiting(settings)
+    staff = Client()
+    staff.force_login(django_user_model.objects.create_user("ops", password="pw-ops-123", is_staff=True))
+    # When the metrics are scraped, Then they export the depth, the oldest age and the parked count
+    response = staff.get(reverse("jobsapp:metrics"))
+    samples = {s.name: s.value for f in text_string_to_metric_families(response.content.decode()) for s in f.samples}
+    assert samples["jobs_outbox_entries"] == 1 and samples["jobs_outbox_parked"] == 1
+    assert 0 <= samples["jobs_outbox_oldest_age_seconds"] < 60
+    # When the jobs command is asked, Then it says the same, with the parked entry's reason
+    out = StringIO()
+    call_command("jobs", "outbox", "--json", stdout=out)
+    document = json.loads(out.getvalue())
+    assert (document["entries"], document["parked"]) == (1, 1)
+    assert [entry["jid"] for entry in document["parked_entries"]] == [parked]
+    assert "this payload is refused" in document["parked_entries"][0]["reason"]
+    # And the dashboard's overview shows the outbox and the parked entry's reason
+    page = staff.get(reverse("jobsapp:overview")).content.decode()
+    assert 'id="outbox"' in page and parked in page and "this payload is refused" in page
+    assert waiting not in page  # a waiting entry is counted, not listed
+
+
+def test_with_the_outbox_off_operators_see_no_outbox(redis, settings):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    settings.JOBSAPP = {**settings.JOBSAPP, "OUTBOX": False}
+    out = StringIO()
+    call_command("jobs", "outbox", "--json", stdout=out)
+    assert json.loads(out.getvalue()) == {"outbox": None}

@@ -2,8 +2,9 @@
 
 Subcommands: ``stats``, ``queues``, ``processes``, ``busy``, ``retry`` / ``dead`` (``list``, ``retry-all``,
 ``clear``), ``schedule``, ``results [JID]``, ``periodic`` (``list``, ``enable`` / ``disable`` /
-``run NAME``), ``limits``, ``unique``, ``batch BID``, ``batches``, ``pause`` / ``resume QUEUE``, ``quiet`` /
-``stop IDENTITY``, ``cancel JID...`` (stop running jobs, remove waiting ones: ``api.cancel_many``). Output is
+``run NAME``), ``limits``, ``unique``, ``batch BID``, ``batches``, ``outbox`` (the transactional outbox:
+entries waiting, the oldest one's age, the parked ones with their reasons), ``pause`` / ``resume QUEUE``,
+``quiet`` / ``stop IDENTITY``, ``cancel JID...`` (stop running jobs, remove waiting ones: ``api.cancel_many``). Output is
 an aligned table, or JSON with ``--json`` (one document per call, for scripts). Arguments are
 shown redacted and truncated, as in the dashboard. ``clear`` asks for ``--yes``: it deletes jobs.
 Redis down is a CommandError naming the server, exit status 1. ``--shard NAME`` (before the
@@ -152,6 +153,7 @@ class Command(BaseCommand):
         add("limits", help="rate and concurrency limiters: limit, in use, refusals")
         add("batch", help="a Redis-only batch (jobsapp.batch): counts, callbacks, failed and pending jids").add_argument("bid")
         add("batches", help="Redis-only batches, newest first").add_argument("--limit", type=int, default=50, help="at most this many rows")
+        add("outbox", help="the transactional outbox: entries waiting, the oldest one's age, parked entries and why")
         unique_parser = add("unique", help="live locks of unique jobs: list, or release DIGEST by hand")
         unique_parser.add_argument("action", nargs="?", default="list", choices=["list", "release"])
         unique_parser.add_argument("digest", nargs="?", help="the lock to release")
@@ -521,6 +523,31 @@ class Command(BaseCommand):
         headers = ["bid", "description", "created_at", "status", "total", "pending", "succeeded", "failed"]
         rows = [tuple(entry[name] for name in headers) for entry in document]
         self.emit(document, headers, rows, numeric=["total", "pending", "succeeded", "failed"])
+
+    def do_outbox(self, options: dict[str, Any]) -> None:
+        state = api.Outbox.state()
+        if state is None:
+            self.say({"outbox": None}, "The outbox is off (JOBSAPP['OUTBOX']), not migrated, or its database does not answer.")
+            return
+        age = state.oldest_age_seconds()
+        parked = api.Outbox.parked()
+        document = {
+            "entries": state.depth,
+            "oldest_age_seconds": None if age is None else round(age, 3),
+            "parked": state.parked,
+            "parked_entries": [
+                {"id": entry.entry_id, "kind": entry.kind, "jid": entry.jid, "parked_at": _iso(entry.parked_at), "reason": entry.reason}
+                for entry in parked
+            ],
+        }
+        if self.as_json:
+            self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False))
+            return
+        oldest = "-" if age is None else f"{age:.1f} s"
+        self.stdout.write(render_table(["outbox", "value"], [("entries", state.depth), ("oldest", oldest), ("parked", state.parked)]))
+        if parked:
+            rows = [(entry.entry_id, entry.kind, entry.jid, _iso(entry.parked_at), entry.reason[:ARGS_MAX_CHARS]) for entry in parked]
+            self.stdout.write(render_table(["id", "kind", "jid", "parked_at", "reason"], rows, numeric=["id"]))
 
     def do_unique(self, options: dict[str, Any]) -> None:
         if options["action"] == "release":
