@@ -9,8 +9,8 @@ hands ``transaction.on_commit`` the push itself. So:
 - rollback: the entry and the push vanish together; nothing is pushed;
 - commit: the push is made at once, as without the outbox (no added latency for the worker),
   then marked pushed in Redis (``jobsapp:outbox:pushed``, one ZADD): the relay deletes marked
-  entries in bulk, one DELETE a round, so a commit pays no DELETE (a database COMMIT of its own,
-  what made the first version of this cost milliseconds on PostgreSQL: docs/benchmarks.md);
+  entries in bulk, one DELETE a round, so a commit pays no DELETE (a database COMMIT of its own:
+  milliseconds on PostgreSQL, docs/benchmarks.md);
 - Redis down at commit: the push fails, the entry stays, and the commit is not disturbed
   (nothing is raised out of the ``atomic`` block: the rows and the job are both safe); the
   relay pushes it once Redis answers;
@@ -35,8 +35,9 @@ entry naming an unknown kind is parked. With ``OUTBOX`` on but the table missing
 has not migrated), ``enabled`` says False, pushes go through ``transaction.on_commit`` alone as
 without the outbox, and the system check jobsapp.W050 says what to run.
 
-Redis keys: ``jobsapp:outbox:pushed`` (ZSET jid -> push time; marks older than a day trimmed);
-the pushes are the client's, the relay's lock is the relay's.
+Redis keys: ``jobsapp:outbox:pushed`` (ZSET jid -> push time; marks older than a day trimmed),
+always on the default shard's Redis, as the relay's lock: one outbox, one relay, however many
+shards its entries' jobs go to; the pushes are the client's, each to its job's shard.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from typing import Any
 from django.apps import apps
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, transaction
 
-from . import client, faults, keys
+from . import client, faults, keys, shards
 from .conf import jobs_settings
 from .connection import REDIS_ERRORS, get_redis
 from .errors import PayloadTooLarge, RedisUnavailable, ReplicationTimeout
@@ -192,7 +193,7 @@ def mark_pushed(jid: str) -> None:
     """Record in Redis that the entry of ``jid`` was pushed (``jobsapp:outbox:pushed``): the relay
     deletes marked entries in bulk instead of each commit paying a DELETE of its own."""
     try:
-        get_redis().zadd(keys.OUTBOX_PUSHED, {jid: time.time()})
+        get_redis(shards.DEFAULT).zadd(keys.OUTBOX_PUSHED, {jid: time.time()})
     except REDIS_ERRORS as exc:  # the job is pushed; unmarked, the relay will push it again (a duplicate)
         logger.warning("outbox entry of jid %s was pushed but could not be marked (%s): it may run twice", jid, exc)
 
@@ -234,7 +235,7 @@ def relay_due(
     rows = list(_entries(using).filter(parked_at__isnull=True).order_by("pk").values_list("pk", "jid", "created_at")[:limit])
     if not rows:
         return RelayRound(cleaned=0, pushed=0, parked=0, full=False)
-    client = get_redis()
+    client = get_redis(shards.DEFAULT)
     scores = client.zmscore(keys.OUTBOX_PUSHED, [jid for _, jid, _ in rows])
     marked = [(entry_id, jid) for (entry_id, jid, _), score in zip(rows, scores, strict=True) if score is not None]
     if marked:

@@ -118,7 +118,6 @@ class JobsCollector(Collector):
         )
 
         yield from outbox_metrics(api.Outbox.state())
-
         yield GaugeMetricFamily(
             "jobs_scrape_duration_seconds",
             "Time spent reading Redis for this scrape.",

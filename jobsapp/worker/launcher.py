@@ -495,7 +495,7 @@ class WorkerProcess:
         )
         return Components(
             client=client, fetch=fetch, manager=manager, heartbeat=heartbeat, scheduler=scheduler, periodic=periodic, sweeper=sweeper,
-            relay=OutboxRelay.configured(client, rng=self.rng, clock=self.clock),
+            relay=OutboxRelay.configured(rng=self.rng, clock=self.clock),
             cancel_listener=self.cancel_listener(client, manager.processor),
         )  # fmt: skip
 

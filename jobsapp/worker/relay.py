@@ -29,7 +29,7 @@ import random
 import redis
 from django.db import DatabaseError, close_old_connections, connections
 
-from .. import outbox, scripts
+from .. import connection, outbox, scripts, shards
 from ..clock import SYSTEM_CLOCK, Clock
 from ..component import PollingComponent
 from ..conf import jobs_settings
@@ -70,11 +70,13 @@ class OutboxRelay(PollingComponent):
         self.parked_total = 0
 
     @classmethod
-    def configured(cls, client: redis.Redis, *, rng: random.Random, clock: Clock = SYSTEM_CLOCK) -> OutboxRelay | None:
-        """The relay the settings ask for: one with ``OUTBOX`` on, None otherwise."""
+    def configured(cls, *, rng: random.Random, clock: Clock = SYSTEM_CLOCK) -> OutboxRelay | None:
+        """The relay the settings ask for: one with ``OUTBOX`` on, None otherwise. Its lock is on
+        the default shard's Redis, whichever shard this process serves: one outbox, one relay."""
         if not jobs_settings.OUTBOX:
             return None
         grace_seconds = float(jobs_settings.OUTBOX_GRACE_SECONDS)
+        client = connection.get_redis(shards.DEFAULT)
         return cls(
             client=client, grace_seconds=grace_seconds, lock_seconds=float(jobs_settings.OUTBOX_RELAY_LOCK_SECONDS), rng=rng, clock=clock
         )

@@ -50,7 +50,7 @@ def test_build_starts_nothing_and_basic_fetch_has_no_sweeper(redis):
     # Then only reliable fetch sweeps orphans, neither runs periodic jobs (none defined), and nothing is in Redis yet
     assert basic.sweeper is None and isinstance(reliable.sweeper, Sweeper)
     assert basic.periodic is None and not any(isinstance(part, PeriodicScheduler) for part in reliable.background())
-    assert [part.thread_name for part in reliable.background()] == ["scheduler", "sweeper"]
+    assert [part.thread_name for part in reliable.background()] == ["scheduler", "sweeper", "outbox_relay"]  # OUTBOX is on by default
     assert redis.scard(keys.PROCESSES) == 0
     assert set(threading.enumerate()) - before == set()
 
