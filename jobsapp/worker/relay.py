@@ -7,8 +7,8 @@ relay killed while holding it is replaced once the TTL runs out; the others only
 lock each round. The holder reads the oldest 1,000 waiting entries, deletes in one statement those
 their own process pushed at commit (marked in ``jobsapp:outbox:pushed``), and pushes the others
 once they are older than ``OUTBOX_GRACE_SECONDS`` (their process had that long to push them),
-oldest first, each deleted right after its push; it renews the lock between rounds and stops a
-round when it lost the lock or is stopping.
+oldest first, each deleted right after its push; it renews the lock every round, and during a
+round every third of the lock's TTL, and stops a round when it lost the lock or is stopping.
 
 Failures: Redis down is an outage (logged once, backed off: the entries wait, nothing is
 lost); the database down likewise. A relay killed mid-batch leaves at most the entry it was
@@ -68,6 +68,7 @@ class OutboxRelay(PollingComponent):
         self.token = os.urandom(8).hex()
         self.pushed_total = 0
         self.parked_total = 0
+        self._renewed_at = clock.monotonic()
 
     @classmethod
     def configured(cls, *, rng: random.Random, clock: Clock = SYSTEM_CLOCK) -> OutboxRelay | None:
@@ -106,7 +107,8 @@ class OutboxRelay(PollingComponent):
         if not outbox.table_present():  # not migrated: said once (jobsapp.W050); nothing to relay
             return 0
         while not self.stopping and self.holds_lock():
-            done = outbox.relay_due(grace_seconds=self.grace_seconds, limit=BATCH_SIZE, keep_going=lambda: not self.stopping)
+            self._renewed_at = self.clock.monotonic()
+            done = outbox.relay_due(grace_seconds=self.grace_seconds, limit=BATCH_SIZE, keep_going=self.keep_going)
             pushed += done.pushed
             self.pushed_total += done.pushed
             self.parked_total += done.parked
@@ -115,6 +117,17 @@ class OutboxRelay(PollingComponent):
             if not done.again:
                 break
         return pushed
+
+    def keep_going(self) -> bool:
+        """Between two pushes of a round: whether to push the next. A round slower than a third
+        of the lock's TTL (a slow database, a loaded machine) renews the lock on its way, and
+        stops if another relay holds it: two relays never push the same entries for long."""
+        if self.stopping:
+            return False
+        if self.clock.monotonic() - self._renewed_at < self.lock_seconds / 3:
+            return True
+        self._renewed_at = self.clock.monotonic()
+        return self.holds_lock()
 
     def _run(self) -> None:
         try:

@@ -265,3 +265,27 @@ def test_with_the_outbox_off_operators_see_no_outbox(redis, settings):
     out = StringIO()
     call_command("jobs", "outbox", "--json", stdout=out)
     assert json.loads(out.getvalue()) == {"outbox": None}
+
+
+def test_a_long_round_renews_the_lock_and_stops_once_another_relay_holds_it(redis):
+    from tests.manual_clock import ManualClock
+
+    # Given a relay in the middle of a round, holding the lock
+    clock = ManualClock()
+    relay = OutboxRelay(client=jobs_connection.get_redis(), grace_seconds=0, lock_seconds=30, clock=clock)
+    assert relay.holds_lock()
+    relay._renewed_at = clock.monotonic()
+    # When less than a third of the TTL has passed, Then it goes on without asking Redis
+    redis.delete("jobsapp:lock:outbox_relay")
+    assert relay.keep_going()
+    # When its lock expired meanwhile and another relay took it, and a third of the TTL passed
+    other = OutboxRelay(client=jobs_connection.get_redis(), grace_seconds=0, lock_seconds=30, clock=clock)
+    assert other.holds_lock()
+    clock.advance(11)
+    # Then it stops pushing, and the other keeps the lock
+    assert not relay.keep_going()
+    assert redis.get("jobsapp:lock:outbox_relay") == other.token.encode()
+    # And a relay that still holds its lock renews it on the way
+    other._renewed_at = clock.monotonic() - 11
+    redis.pexpire("jobsapp:lock:outbox_relay", 1000)
+    assert other.keep_going() and redis.pttl("jobsapp:lock:outbox_relay") > 20_000
