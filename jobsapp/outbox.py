@@ -125,8 +125,9 @@ def forget_tables() -> None:
 
 
 def enabled(using: str = DEFAULT_DB_ALIAS) -> bool:
-    """Whether pushes deferred to the commit go through the outbox: the setting, and the table."""
-    return bool(jobs_settings.OUTBOX) and table_present(using)
+    """Whether pushes deferred to the commit go through the outbox: the setting, and the table
+    (not in ``jobsapp.testing``'s fake and inline modes, where pushes never reach Redis)."""
+    return bool(jobs_settings.OUTBOX) and client.interceptor is None and table_present(using)
 
 
 def encode(arguments: dict[str, Any], *, jobs: int = 1) -> str:

@@ -289,3 +289,43 @@ def test_a_long_round_renews_the_lock_and_stops_once_another_relay_holds_it(redi
     other._renewed_at = clock.monotonic() - 11
     redis.pexpire("jobsapp:lock:outbox_relay", 1000)
     assert other.keep_going() and redis.pttl("jobsapp:lock:outbox_relay") > 20_000
+
+
+def test_celery_delay_on_commit_goes_through_the_outbox_and_delay_still_pushes_at_once(redis, settings):
+    from tests.testapp.tasks import celery_add
+
+    working = redis_down(settings)
+    # Given Redis down, When delay_on_commit is called in a transaction that commits
+    with transaction.atomic():
+        celery_add.delay_on_commit(1, 2)
+    # Then the commit raised nothing and the task waits in the outbox
+    assert OutboxEntry.objects.count() == 1
+    redis_back(settings, working)
+    # When the relay runs, Then the task is pushed
+    assert outbox.relay_due(grace_seconds=0).pushed == 1
+    assert [item["args"] for item in queued(redis)] == [[1, 2]]
+    # And delay inside a transaction pushes at once, as Celery's, with no entry
+    with transaction.atomic():
+        celery_add.delay(3, 4)
+        assert [item["args"] for item in queued(redis)] == [[1, 2], [3, 4]]
+    assert OutboxEntry.objects.count() == 0
+
+
+def test_in_the_fake_test_mode_the_outbox_is_bypassed(redis, jobs_fake):
+    with transaction.atomic():
+        Record.perform_async("faked")
+    assert OutboxEntry.objects.count() == 0
+
+
+def test_a_django_task_backend_asked_to_wait_for_the_commit_goes_through_the_outbox(redis, settings):
+    pytest.importorskip("django.tasks", reason="django.tasks needs Django 6.0+")
+    from tests.testapp.tasks import add_numbers
+
+    # Given the backend's ENQUEUE_ON_COMMIT option
+    settings.TASKS = {"default": {"BACKEND": "jobsapp.django_tasks.JobsBackend", "OPTIONS": {"ENQUEUE_ON_COMMIT": True}}}
+    # When a task is enqueued in a transaction, Then it waits for the commit, as an outbox entry
+    with transaction.atomic():
+        add_numbers.enqueue(1, 2)
+        assert redis.llen("queue:default") == 0
+        assert OutboxEntry.objects.count() == 1
+    assert redis.llen("queue:default") == 1
