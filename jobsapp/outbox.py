@@ -52,6 +52,7 @@ from functools import partial
 from typing import Any
 
 from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, transaction
 
 from . import client, faults, keys, shards
@@ -103,11 +104,16 @@ register("push_bulk", _push_bulk)
 
 def table_present(using: str = DEFAULT_DB_ALIAS) -> bool:
     """Whether the outbox table exists on ``using`` (asked once per process: the answer changes
-    only with a migration, which a deploy follows with a restart)."""
+    only with a migration, which a deploy follows with a restart). A database that does not
+    answer raises DatabaseError (asked again next time); a process with no database configured
+    (a worker-only host: Django's dummy backend) has no outbox."""
     present = _tables_present.get(using)
     if present is None:
         with _tables_lock:
-            present = TABLE in connections[using].introspection.table_names()
+            try:
+                present = TABLE in connections[using].introspection.table_names()
+            except ImproperlyConfigured:  # no DATABASES entry: nothing to write to or relay from
+                present = False
             _tables_present[using] = present
         if not present:
             logger.warning(
