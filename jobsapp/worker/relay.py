@@ -30,6 +30,7 @@ import redis
 from django.db import DatabaseError, close_old_connections, connections
 
 from .. import connection, outbox, scripts, shards
+from ..backoff import Backoff
 from ..clock import SYSTEM_CLOCK, Clock
 from ..component import PollingComponent
 from ..conf import jobs_settings
@@ -42,6 +43,8 @@ logger = logging.getLogger("jobsapp.outbox_relay")
 BATCH_SIZE = 1000
 #: The longest wait between two rounds.
 MAX_INTERVAL_SECONDS = 1.0
+#: The longest wait between two tries through an outage.
+OUTAGE_RETRY_CAP_SECONDS = 2.0
 
 
 class OutboxRelay(PollingComponent):
@@ -61,6 +64,9 @@ class OutboxRelay(PollingComponent):
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(clock=clock)
+        # Through an outage it asks every 2 s at most (one command): a committed job waits for
+        # Redis's return by that much, not by the engine's usual 5 s cap.
+        self.backoff = Backoff(self.thread_name, logger=logger, clock=clock, cap_seconds=OUTAGE_RETRY_CAP_SECONDS)
         self.client = client
         self.grace_seconds = grace_seconds
         self.lock_seconds = lock_seconds
