@@ -239,14 +239,18 @@ class Heartbeat(PollingComponent):
     def clear(self) -> None:
         """At exit: leave the processes set and drop this process's keys (its jobs are back)."""
         try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.srem(keys.PROCESSES, self.identity)
-            pipe.unlink(
-                keys.process(self.identity), keys.workers(self.identity), keys.work(self.identity), keys.job_durations(self.identity)
-            )
-            pipe.execute()
+            clear_identity(self.client, self.identity)
         except CONNECTION_ERRORS as exc:  # its keys expire on their own within the TTL
             logger.warning("heartbeat: could not clear this process's keys (%s)", exc)
+
+
+def clear_identity(client: redis.Redis, identity: str) -> None:
+    """Take ``identity`` off the process list and drop its heartbeat keys: at its own exit, or
+    by the next process in its slot once it is known dead (a crash, a fenced process)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.srem(keys.PROCESSES, identity)
+    pipe.unlink(keys.process(identity), keys.workers(identity), keys.work(identity), keys.job_durations(identity))
+    pipe.execute()
 
 
 def new_identity(hostname: str | None = None) -> str:

