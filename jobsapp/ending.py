@@ -1,37 +1,39 @@
-"""The door through which every built-in feature hears a job: one table, one call per moment.
+"""The door through which every built-in feature hears a job: one table, read at each moment.
 
 A feature of the engine (results, periodic, unique, batches, expiry, timeouts, limits) is a row
 of ``FEATURES``: the payload key that says a job uses it (None: every job) and its hook at each
-moment of the job's life. The worker calls one function per moment, and each calls the hooks of
-the rows whose key the job carries, in table order:
+moment of the job's life. ``TABLE`` holds each moment's ``(key, hook)`` rows, and the hooks of the
+rows whose key the job carries are called, in table order:
 
-- ``admit(client, item)``, when a job is fetched, before its class is looked up: a fate that
-  ends it unrun (expiry: past its ``expires_at``, logged and counted, ``EXPIRED``);
-- ``start(client, item)``, just before it runs: unique releases a ``unique_until="start"`` lock,
-  timeouts checks the ``timeout`` (a ValueError parks the job as malformed);
+- ``admit`` (``hook(client, item)``), when a job is fetched, before its class is looked up: a
+  fate that ends it unrun (expiry: past its ``expires_at``, logged and counted, ``EXPIRED``);
+- ``start`` (``hook(client, item)``), just before it runs: unique releases a
+  ``unique_until="start"`` lock, timeouts checks the ``timeout`` (a ValueError parks the job);
 - ``run(job, item, call)``, around the run with its server middleware: results writes the record
   ``running``, then ``succeeded`` with the value;
-- ``guard(running, call)``, around ``perform`` inside the middleware: timeouts and cancels
-  (every job: the worker's watchdog guard, under the job's timeout or none, where a cancel raises
-  ``JobCancelled``; for an async job the lane cancels its coroutine), then limits (the queue's limit, and the holder that
-  gives back the concurrent slots a run still holds when it ends: every job, since ``perform``
-  may take a slot with no payload key saying so);
+- ``guard`` (``hook(running, call)``, a ``Run``), around ``perform`` inside the middleware:
+  timeouts and cancels (every job: the worker's watchdog guard, under the job's timeout or none,
+  where a cancel raises ``JobCancelled``; for an async job the lane cancels its coroutine), then
+  limits (the queue's limit, and the holder that gives back the concurrent slots a run still
+  holds when it ends: every job, since ``perform`` may take a slot with no payload key saying so);
 - ``finish(client, item, fate, ...)``, once its life (or this run of it) ended;
 - ``put_back(item, reason=...)``, when it went back to its queue unfinished.
 
-A plain job pays one dict lookup per row of a moment and no hook call (limits' guard excepted,
-as before). A new feature is a payload key, its rule on the producing side (``jobsapp.options``,
-this door's counterpart at push) and a row here; the processor, the retry policy, recovery and
-the operators' API do not change.
+The processor walks ``TABLE.admit``, ``TABLE.start`` and ``TABLE.guard`` itself, in the job's hot
+path: a plain job pays one dict lookup per row and no call (the cancel and limits guards
+excepted: they hear every job); the other moments are the functions above. A new feature is a payload
+key, its rule on the producing side (``jobsapp.options``, this door's counterpart at push) and a
+row here; the processor, the retry policy, recovery and the operators' API do not change.
 
 ``finish``: a job's life ends in many ways: it succeeded; it failed and went to the retry set,
 the dead set or nowhere (``retry: false``, ``NoRetryError``, a ``discard``); it expired unrun; it
 stayed stuck past its timeout's hard limit; its class is unknown or its class name hostile; its
 payload is malformed; it killed its worker too often (poison); it was revoked before it started;
 an operator deleted it, or killed it, while it waited; it was cancelled (``jobsapp.api.cancel``:
-interrupted while it ran, or removed while it waited; ``CANCELLED``, never retried). Whoever files that fate (``processor``,
-``recovery``, the operators' API ``jobsapp.api`` with the dashboard and the ``jobs`` command, the
-Celery ``revoke``) calls ``finish`` once the filing succeeded, and the ``end`` hooks run:
+interrupted while it ran, or removed while it waited; ``CANCELLED``, never retried). Whoever
+files that fate (``processor``, ``recovery``, the operators' API ``jobsapp.api`` with the
+dashboard and the ``jobs`` command, the Celery ``revoke``) calls ``finish`` once the filing
+succeeded, and the ``end`` hooks run:
 
 - results (``retain``): the record's outcome, ``retrying`` or ``failed`` with the reason, first,
   so a batch callback that reads a member's record finds it;
@@ -349,25 +351,6 @@ def may_hear(raw: bytes) -> bool:
     return bool(server_chain().instances()) or _ANY_KEY.search(raw) is not None
 
 
-def admit(client: redis.Redis, item: Item) -> Fate | None:
-    """When a job is fetched, before its class is looked up: the fate that ends it unrun
-    (``EXPIRED`` past its ``expires_at``), else None: it runs. Its ending is the caller's."""
-    for key, hook in TABLE.admit:
-        if key in item:
-            fate = hook(client, item)
-            if fate is not None:
-                return fate
-    return None
-
-
-def start(client: redis.Redis, item: Item) -> None:
-    """Just before an admitted job runs: a ``unique_until="start"`` lock is released, a
-    ``timeout`` is checked (a ValueError: the caller parks the job as malformed)."""
-    for key, hook in TABLE.start:
-        if key in item:
-            hook(client, item)
-
-
 def run(job: Job, item: Item, call: Call) -> Any:
     """``call()`` (the server chain around ``perform``) inside the ``around`` hooks of the
     features the job carries (results: its record ``running``, then ``succeeded`` with the value)."""
@@ -375,16 +358,6 @@ def run(job: Job, item: Item, call: Call) -> Any:
         if key in item:
             call = partial(hook, job, item, call)
     return call()
-
-
-def guard(running: Run, call: Call) -> Call:
-    """``call`` (``perform``) inside the ``guard`` hooks, the first row innermost: its timeout,
-    then its limits (every job)."""
-    item = running.item
-    for key, hook in TABLE.guard:
-        if key is None or key in item:
-            call = hook(running, call)
-    return call
 
 
 def finish(
@@ -466,4 +439,4 @@ def finish_outcome(
 
 
 __all__ = ["FEATURES", "TABLE", "DeadReason", "Ending", "Fate", "Feature", "JobDeleted", "Run", "Table"]
-__all__ += ["admit", "finish", "finish_outcome", "guard", "may_hear", "put_back", "run", "start"]
+__all__ += ["finish", "finish_outcome", "may_hear", "put_back", "run"]
