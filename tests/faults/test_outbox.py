@@ -260,6 +260,7 @@ def test_rollbacks_push_nothing(engine, ledger, produce, start_worker, measure):
     wait_until(
         lambda: check(engine.client(), ledger, ["control-0"]).done.get("control-0"), timeout_seconds=30, message="the committed job ran"
     )
+    wait_until(lambda: outbox_depth() == 0, timeout_seconds=30, interval_seconds=0.1, message="the relay deleted the pushed entry")
     worker.stop()
     # Then none of the rolled back jobs was pushed or ran, and nothing is left anywhere
     ran = {key.decode() for key in ledger.hkeys(ATTEMPTS)}
