@@ -7,8 +7,10 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
@@ -24,16 +26,18 @@ class TaskStatusFilter(admin.SimpleListFilter):
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("pending", "pending"), ("running", "running"), ("finished", "finished")]
+        return [("launching", "launching"), ("pending", "pending"), ("running", "running"), ("finished", "finished")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Task]) -> QuerySet[Task]:
         value = self.value()
         if value == "finished":
             return queryset.filter(finished_at__isnull=False)
+        if value == "launching":
+            return queryset.filter(finished_at__isnull=True, launching__gt=0)
         if value == "running":
-            return queryset.filter(finished_at__isnull=True, started_at__isnull=False)
+            return queryset.filter(finished_at__isnull=True, launching=0, started_at__isnull=False)
         if value == "pending":
-            return queryset.filter(finished_at__isnull=True, started_at__isnull=True)
+            return queryset.filter(finished_at__isnull=True, launching=0, started_at__isnull=True)
         return queryset
 
 
@@ -85,7 +89,7 @@ class TaskAdmin(admin.ModelAdmin):
     list_select_related = ["owner"]
     date_hierarchy = "created_at"
     readonly_fields = [
-        "id", "name", "owner", "status_label", "progress_bar", "total", "enqueue_count", "working_count",
+        "id", "name", "owner", "status_label", "progress_bar", "events_link", "total", "launching", "enqueue_count", "working_count",
         "finish_count", "failed_count", "error_count", "settled_count", "then_class", "then_args", "then_queued",
         "on_complete_class", "complete_fired", "on_success_class", "success_fired",
         "created_at", "updated_at", "started_at", "finished_at",
@@ -152,6 +156,11 @@ class TaskAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    @admin.display(description="events")
+    def events_link(self, task: Task) -> str:
+        url = reverse("admin:tracking_event_changelist") + f"?task__id__exact={task.pk}"
+        return format_html("<a href='{}'>{} events</a>", url, f"{task.event_count():,}")
+
     @admin.display(description="status")
     def status_label(self, task: Task) -> str:
         return str(task.status)
@@ -181,9 +190,14 @@ class TaskAdmin(admin.ModelAdmin):
 @admin.register(Event)
 class EventAdmin(admin.ModelAdmin):
     list_display = ["job_id", "task", "job_class", "status", "is_final", "attempts", "last_message", "updated_at"]
-    list_filter = ["status", "is_final", ("task", admin.RelatedOnlyFieldListFilter)]
+    # No filter listing the tasks (it read every event's task); a task's page links to its events
+    # (?task__id__exact=), and the search finds a task's id. Counts come from the task's counters
+    # on that list (get_paginator) and the unfiltered total is not counted: one task's event list
+    # costs the same at 100 events and at 100,000.
+    list_filter = ["status", "is_final"]
     search_fields = ["=job_id", "=task__id"]
     list_select_related = ["task"]
+    show_full_result_count = False
     readonly_fields = [
         "job_id", "task", "job_class", "queue", "status", "is_final", "params_json", "message_list", "attempts",
         "created_at", "updated_at",
@@ -195,6 +209,20 @@ class EventAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_paginator(
+        self, request: HttpRequest, queryset: Any, per_page: int, orphans: int = 0, allow_empty_first_page: bool = True
+    ) -> Paginator:
+        """The list of one task's events (optionally of one status) counts them from the task's
+        counters instead of a COUNT over its events."""
+        paginator = super().get_paginator(request, queryset, per_page, orphans, allow_empty_first_page)
+        task_id = request.GET.get("task__id__exact")
+        if task_id and not set(request.GET) - {"task__id__exact", "status__exact", "p", "o"}:
+            task = Task.objects.with_counts().filter(pk=task_id).first()
+            status = request.GET.get("status__exact")
+            if task is not None and (status is None or status in EventStatus.values):
+                paginator.count = task.event_count([status] if status else [])
+        return paginator
 
     @admin.display(description="last message")
     def last_message(self, event: Event) -> str:

@@ -25,6 +25,11 @@ DEFAULTS: dict[str, Any] = {
     "MESSAGE_FLUSH_INTERVAL_SECONDS": 1.0,
     # Tasks and events inserted per INSERT statement by Task.objects.launch.
     "LAUNCH_BATCH_SIZE": 500,
+    # A task of more jobs than this is launched in the background: the caller's transaction
+    # writes the task row and pushes one LaunchChunk job per LAUNCH_CHUNK_JOBS jobs, which
+    # workers turn into events and pushes (tracking.launching). Smaller tasks are written inline.
+    "LAUNCH_INLINE_JOBS": 1000,
+    "LAUNCH_CHUNK_JOBS": 1000,
     # Counter rows per task: writers add their deltas to their own shard (tracking.models).
     "COUNTER_SHARDS": 16,
     # Worker threads hand their jobs' transitions to one recording thread per process, which

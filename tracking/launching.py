@@ -4,12 +4,33 @@ The one module of tracking that pushes jobs (through ``jobsapp.client``; the job
 options and queue come from ``client.job_template``, its jid from ``client.new_jid``). The rows
 are written by ``tracking.recorder`` (SQL only) inside the transactions opened here.
 
-``launch(JobClass, args_list)`` runs in the caller's thread:
+``launch(JobClass, args_list)`` runs in the caller's thread. A task of up to
+``TRACKING["LAUNCH_INLINE_JOBS"]`` jobs (1,000) is launched there:
 
-1. one transaction inserts the Task and one Event per job (``bulk_create``, a few INSERTs for
-   10,000 jobs), each event under a jid generated here;
+1. one transaction inserts the Task and one Event per job (``bulk_create``), each event under a
+   jid generated here;
 2. ``transaction.on_commit`` then pushes every job with ``push_bulk`` (one pipeline per 1,000
    jobs). A worker can therefore never take a job whose event is not committed yet.
+
+A bigger task is fanned out in the background, so the caller waits for one INSERT and a push of
+a few small jobs whatever the size (writing and pushing 100,000 jobs inline took 17-27 s):
+
+1. the caller's transaction inserts the Task with ``launching`` = its job count (its status is
+   ``launching``, its counts say every job waits) and pushes, after commit (or through the
+   outbox, in that transaction, when ``JOBSAPP["OUTBOX"]`` is on), one ``LaunchChunk`` job
+   (``tracking/jobs.py``) per ``LAUNCH_CHUNK_JOBS`` jobs, carrying their jids and arguments, to
+   the jobs' queue;
+2. a worker runs each chunk (``launch_chunk``): one transaction lowers the task's ``launching``
+   by the chunk's size and inserts its events; after commit it pushes the chunk's jobs. The task
+   is ``pending`` (or ``running``) once every chunk has done so.
+
+A chunk is exact per jid under at-least-once delivery: its events are inserted in one
+transaction with the task row's update, so a second run of it (the worker died before acking
+it) hits the unique jid, writes nothing, and pushes the chunk's jobs again: a job whose push was
+lost is pushed, one already pushed runs twice as any redelivered job may, its event recorded
+once. If Redis is down while a chunk pushes, the chunk job fails and is retried like any job.
+If it is down at the caller's commit (no outbox), the task's events are written as dead
+``error`` events with the reason, and RedisUnavailable propagates, as for a small task.
 
 The engine's ``push_bulk`` generates the jids itself; to push the jobs under the jids already
 recorded, ``push_recorded`` opens a context the tracking client middleware reads: for each item of
@@ -46,7 +67,10 @@ covers a process that died between its commit and that check.
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
+import secrets
 from collections import deque
 from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
@@ -55,14 +79,15 @@ from functools import partial
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jobsapp import Job, RedisUnavailable, client, outbox
+from jobsapp import Job, RedisUnavailable, client, jobs_settings, outbox
 from jobsapp.client import Item, check_json_native, new_jid
 
 from . import recorder, single_trip
+from .conf import tracking_settings
 from .models import Event, Task, TaskCounter
 from .recorder import ENQUEUE_SHARD, RecordedJob
 from .transitions import DEAD, ERROR, REOPENED, Change, Transition
@@ -290,7 +315,9 @@ def push_recorded(
 
     Jobs without keyword arguments go in one ``push_bulk``; the others one ``push`` each.
     Returns the jids in order (None where a client middleware stopped a job; its event is
-    settled as a dead error then).
+    settled as a dead error then). When Redis is unavailable, the events are settled as dead
+    errors (unless ``settle_on_outage`` is False: an outbox entry or a chunk job that will push
+    them again) and RedisUnavailable propagates.
     """
     template = client.job_template(wire_name)
     queue = template.queue if template.job_class is not None or not queue else queue
@@ -323,6 +350,28 @@ def push_recorded(
     return pushed
 
 
+def _check_arguments(jobs_args: list[list[Any]]) -> None:
+    """Raise as ``check_json_native`` does unless every argument list is JSON-native.
+
+    Fast path: the lists equal themselves once encoded and decoded (C code; walking 100,000
+    argument lists in Python took 0.3 s); only a mismatch is walked, for the error's message.
+    (A subclass of a JSON type, an ``IntEnum``, passes as its value, as ``json`` writes it.)
+    """
+    try:
+        if json.loads(json.dumps(jobs_args, allow_nan=False)) == jobs_args:
+            return
+    except (TypeError, ValueError, RecursionError):  # not JSON: walk them for the message
+        pass
+    check_json_native(jobs_args, "args_list")
+
+
+def _new_jids(count: int) -> list[str]:
+    """``count`` jids (24 hex characters, 96 random bits each, as ``new_jid``) from one read of
+    the system's random source."""
+    text = secrets.token_hex(12 * count)
+    return [text[start : start + 24] for start in range(0, 24 * count, 24)]
+
+
 def launch(
     job_class: type[Job],
     args_list: Sequence[Sequence[Any]],
@@ -350,16 +399,18 @@ def launch(
             "Task.objects.launch needs the tracking client middleware (system check tracking.E001): add " + "; ".join(missing)
         )
     jobs_args = [list(args) for args in args_list]
-    check_json_native(jobs_args, "args_list")
+    _check_arguments(jobs_args)
     check_json_native(list(then_args or []), "then_args")
     template = client.job_template(job_class)
     timestamp = timezone.now()
-    jobs: list[RecordedJob] = [(new_jid(), args, None) for args in jobs_args]
+    jobs: list[RecordedJob] = list(zip(_new_jids(len(jobs_args)), jobs_args, itertools.repeat(None)))
+    background = len(jobs) > int(tracking_settings.LAUNCH_INLINE_JOBS)
     with transaction.atomic():
         task = Task.objects.create(
             name=name or template.wire_name,
             owner=owner,
             total=len(jobs),
+            launching=len(jobs) if background else 0,
             then_class=then.wire_name() if then is not None else "",
             then_args=list(then_args or []),
             on_complete_class=_callback_name(on_complete, "on_complete"),
@@ -369,8 +420,10 @@ def launch(
             finished_at=timestamp if not jobs and then is None else None,
         )
         TaskCounter.objects.create(task=task, shard=ENQUEUE_SHARD, enqueue=len(jobs), updated_at=timestamp)
-        recorder.add_events(task.pk, template.wire_name, template.queue, jobs, timestamp, counted=False)
-        if jobs:
+        if background:
+            _fan_out(task.pk, template.wire_name, template.queue, jobs)
+        elif jobs:
+            recorder.add_events(task.pk, template.wire_name, template.queue, jobs, timestamp, counted=False)
             push_after_commit(task.pk, template.wire_name, jobs, batch_size=batch_size)
         elif then is not None:
             queue_follow_up(task.pk, now=timestamp)
@@ -378,6 +431,92 @@ def launch(
             fire_callbacks(task.pk)
     task.refresh_from_db()
     return task
+
+
+#: The wire name of the job that writes and pushes one chunk of a big task (tracking/jobs.py).
+LAUNCH_CHUNK = "tracking.jobs.LaunchChunk"
+
+
+def _chunks(jobs: Sequence[RecordedJob]) -> Iterable[str]:
+    """``jobs`` as JSON texts of ``[[jid, args], ...]``, at most ``LAUNCH_CHUNK_JOBS`` jobs each
+    and under half of ``JOBSAPP["MAX_PAYLOAD_BYTES"]`` (a chunk too big is halved until it fits;
+    one job bigger than that is a chunk alone). A chunk job carries its chunk as one string, so
+    pushing it does not walk every argument again (``launch`` checked them)."""
+    limit = (int(jobs_settings.MAX_PAYLOAD_BYTES) or 1 << 40) // 2
+    size = max(1, int(tracking_settings.LAUNCH_CHUNK_JOBS))
+    pending = [jobs[start : start + size] for start in range(0, len(jobs), size)]
+    pending.reverse()
+    while pending:
+        part = pending.pop()
+        text = json.dumps([[job_id, args] for job_id, args, _ in part], separators=(",", ":"), ensure_ascii=False)
+        if len(text.encode()) > limit and len(part) > 1:
+            half = len(part) // 2
+            pending += [part[half:], part[:half]]
+            continue
+        yield text
+
+
+def _fan_out(task_id: str, wire_name: str, queue: str, jobs: Sequence[RecordedJob]) -> None:
+    """Push, after the caller's transaction commits, one ``LaunchChunk`` job per chunk of
+    ``jobs`` (``launch_chunk`` runs it). With the outbox on, the push is written in that
+    transaction, so a committed task is never left without its chunks."""
+    chunk_class = client.job_template(LAUNCH_CHUNK).job_class
+    if chunk_class is None:  # tracking/jobs.py not loaded: tracking is not in INSTALLED_APPS
+        raise ImproperlyConfigured("Task.objects.launch needs the tracking app in INSTALLED_APPS (its LaunchChunk job)")
+    chunks = [[task_id, wire_name, queue, text] for text in _chunks(jobs)]
+    if outbox.enabled():
+        chunk_class.set(queue=queue, on_commit=True).perform_bulk(chunks)
+    else:
+        transaction.on_commit(partial(_push_chunks, chunk_class, queue, chunks))
+
+
+def _push_chunks(chunk_class: type[Job], queue: str, chunks: list[list[Any]]) -> None:
+    """After commit: push the chunk jobs. If Redis refuses them, no job of the task can run:
+    its events are written as dead errors with the reason, and RedisUnavailable propagates."""
+    try:
+        chunk_class.set(queue=queue).perform_bulk(chunks)
+    except RedisUnavailable as exc:
+        for task_id, wire_name, _, text in chunks:
+            jobs: list[RecordedJob] = [(str(job_id), list(args), None) for job_id, args in json.loads(text)]
+            if _write_chunk(str(task_id), str(wire_name), queue, jobs):
+                settle_unpushed([job_id for job_id, _, _ in jobs], f"could not be enqueued: {exc}")
+        raise
+
+
+def _write_chunk(task_id: str, wire_name: str, queue: str, jobs: Sequence[RecordedJob]) -> bool:
+    """Insert the events of one chunk and take it off the task's ``launching`` count, in one
+    transaction; True when this call wrote them, False when an earlier run did (or the task is
+    gone)."""
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            # The task row first, then the events: the enqueue side's lock order.
+            if not Task.objects.filter(pk=task_id, launching__gte=len(jobs)).update(
+                launching=F("launching") - len(jobs), revision=F("revision") + 1, updated_at=now
+            ):
+                return False
+            recorder.add_events(task_id, wire_name, queue, jobs, now, counted=False)
+    except IntegrityError:
+        # An event of this chunk exists: an earlier run wrote them all (one transaction), and
+        # this one changed nothing. (Or the task was deleted meanwhile: nothing to push then.)
+        return False
+    return True
+
+
+def launch_chunk(task_id: str, wire_name: str, queue: str, chunk: str) -> int:
+    """Run one ``LaunchChunk`` job of a big task: write the events of ``chunk`` (the JSON text of
+    ``[[jid, args], ...]``) and push its jobs under those jids; returns how many were pushed.
+
+    Exact per jid when run again (see the module header): the events are written once, the
+    pushes are repeated (at-least-once). A chunk of a deleted task pushes nothing.
+    """
+    jobs: list[RecordedJob] = [(str(job_id), list(args), None) for job_id, args in json.loads(chunk)]
+    if not jobs:
+        return 0
+    if not _write_chunk(task_id, wire_name, queue, jobs) and not Event.objects.filter(job_id=jobs[0][0], task_id=task_id).exists():
+        return 0  # the task is gone
+    pushed = push_recorded(task_id, wire_name, jobs, queue=queue, settle_on_outage=False)
+    return sum(jid is not None for jid in pushed)
 
 
 def _callback_name(job_class: type[Job] | None, what: str) -> str:

@@ -32,6 +32,7 @@ transaction by exactly the events changed. Which transition is allowed from wher
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -64,6 +65,7 @@ TALLY_FIELDS: tuple[str, ...] = (*COUNT_FIELDS.values(), "settled", "changes")
 
 
 class TaskStatus(models.TextChoices):
+    LAUNCHING = "launching", "launching"
     PENDING = "pending", "pending"
     RUNNING = "running", "running"
     FINISHED = "finished", "finished"
@@ -133,6 +135,9 @@ class Task(models.Model):
     name = models.CharField(max_length=255, help_text="What the task does; by default its job class.")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="tracked_tasks")
     total = models.PositiveIntegerField(default=0)
+    # Jobs of a big launch whose events are still to be written and pushed by its background
+    # fan-out (tracking.launching.launch_chunk); the task is "launching" until this reaches 0.
+    launching = models.PositiveIntegerField(default=0)
     revision = models.PositiveBigIntegerField(default=0, help_text="Changes of this row (total, finish).")
     # A job pushed into this task once every other job has settled (an export's assembly step).
     then_class = models.CharField(max_length=255, blank=True, default="")
@@ -183,6 +188,15 @@ class Task(models.Model):
         tally = self.tally
         return {status: int(tally[field]) for status, field in COUNT_FIELDS.items()}
 
+    def event_count(self, statuses: Sequence[str] = ()) -> int:
+        """How many events of the task are in ``statuses`` (all, when empty), from its counters
+        (which always equal what its events say, so no COUNT over them), less the jobs its
+        background launch has not written yet."""
+        counts = self.counts
+        wanted = list(statuses) or list(counts)
+        unwritten = self.launching if EventStatus.ENQUEUE in wanted else 0
+        return max(0, sum(counts.get(status, 0) for status in wanted) - unwritten)
+
     @property
     def settled_count(self) -> int:
         """Events that will not change again (finished, failed on purpose, dead)."""
@@ -198,6 +212,8 @@ class Task(models.Model):
     def status(self) -> str:
         if self.finished_at is not None:
             return TaskStatus.FINISHED
+        if self.launching:
+            return TaskStatus.LAUNCHING
         if self.started_at is not None or self.settled_count:
             return TaskStatus.RUNNING
         return TaskStatus.PENDING
@@ -276,6 +292,9 @@ class Event(models.Model):
         indexes = [
             models.Index(fields=["task", "id"], name="tracking_event_task"),
             models.Index(fields=["task", "status", "id"], name="tracking_event_task_status"),
+            # The started, unsettled events whose reported fractions a task's progress adds
+            # (Task.running_fraction): a handful per task at any time, however big the task.
+            models.Index(fields=["task"], condition=models.Q(is_final=False, attempts__gt=0), name="tracking_event_task_started"),
         ]
 
     def __str__(self) -> str:

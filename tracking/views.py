@@ -7,8 +7,11 @@ counter shards summed (``Task.objects.with_counts()``); it carries an ETag built
 ``revision`` and the shards' change count, and a repeated ``If-None-Match`` gets 304 while nothing
 changed. ``?running=1`` (the progress page's poll) adds the running jobs' latest messages and
 reported fractions: one more query on the ``(task, status)`` index, at most RUNNING_SHOWN rows.
-Event lists are paginated and filtered by ``?status=failed`` (or ``failed,error``) on the
-``(task, status, id)`` index. All endpoints share one throttle scope, ``TRACKING["API_THROTTLE_RATE"]``.
+Event lists are filtered by ``?status=failed`` (or ``failed,error``) on the ``(task, status,
+id)`` index and paginated by keyset (``EventPagination``): a page is the next rows after an id
+on that index, and its ``count`` comes from the task's counters, so any page of a task of
+100,000 jobs costs what the first one does (``?page=N`` still works, by OFFSET). All endpoints
+share one throttle scope, ``TRACKING["API_THROTTLE_RATE"]``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import PageNumberPagination
+from rest_framework.pagination import CursorPagination, PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
@@ -62,6 +65,43 @@ class TrackingPagination(PageNumberPagination):
         self.page_size = tracking_settings.API_PAGE_SIZE
         self.max_page_size = tracking_settings.API_MAX_PAGE_SIZE
         return super().get_page_size(request)
+
+
+class EventPagination(CursorPagination):
+    """A task's events, oldest first, by keyset: ``next`` and ``previous`` carry an opaque
+    ``cursor`` (a position in event id order), so a page is one indexed range read however deep
+    it is. The answer keeps the shape of the other lists, ``{"count", "next", "previous",
+    "results"}``: ``count`` is what the task's counters say (``Task.event_count``), not a COUNT over
+    its events. ``?page=N`` (the numbered pages this list had) is still answered, by OFFSET."""
+
+    ordering = "id"
+    page_size_query_param = "page_size"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numbered: TrackingPagination | None = None
+        self.count = 0
+
+    def get_page_size(self, request: Any) -> int | None:
+        self.page_size = tracking_settings.API_PAGE_SIZE
+        self.max_page_size = tracking_settings.API_MAX_PAGE_SIZE
+        return super().get_page_size(request)
+
+    def paginate_queryset(self, queryset: Any, request: Any, view: Any = None) -> list[Any] | None:
+        if "page" in request.query_params:
+            self.numbered = TrackingPagination()
+            return self.numbered.paginate_queryset(queryset, request, view)
+        return super().paginate_queryset(queryset, request, view)
+
+    def get_paginated_response(self, data: Any) -> Response:
+        if self.numbered is not None:
+            return self.numbered.get_paginated_response(data)
+        return Response({"count": self.count, "next": self.get_next_link(), "previous": self.get_previous_link(), "results": data})
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        response = super().get_paginated_response_schema(schema)
+        response["properties"] = {"count": {"type": "integer"}, **response["properties"]}
+        return response
 
 
 STATUS_PARAMETER = OpenApiParameter(
@@ -159,7 +199,7 @@ class TaskViewSet(OwnedTasks, viewsets.ReadOnlyModelViewSet):
         return Response(data, headers=headers)
 
     @extend_schema(parameters=[STATUS_PARAMETER], responses=EventSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=EventPagination)
     def events(self, request: Request, pk: str | None = None) -> Response:
         """The task's events, oldest first, optionally only some statuses."""
         statuses = parse_statuses(request.query_params.get("status"))
@@ -167,6 +207,9 @@ class TaskViewSet(OwnedTasks, viewsets.ReadOnlyModelViewSet):
         events = Event.objects.filter(task_id=task.pk).order_by("id")
         if statuses:
             events = events.filter(status__in=statuses)
+        paginator = self.paginator
+        if isinstance(paginator, EventPagination):
+            paginator.count = task.event_count(statuses)
         page = self.paginate_queryset(events)
         return self.get_paginated_response(EventSerializer(page, many=True, context=self.get_serializer_context()).data)
 

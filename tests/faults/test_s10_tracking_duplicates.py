@@ -36,6 +36,7 @@ def test_duplicates_do_not_change_the_counts(redis_server, redis, ledger, start_
     from tracking.models import Event, Task
 
     settings.JOBSAPP = {**settings.JOBSAPP, "CLIENT_MIDDLEWARE": [CLIENT], "SERVER_MIDDLEWARE": [SERVER]}
+    settings.TRACKING = {"LAUNCH_INLINE_JOBS": JOBS}  # every job queued by launch itself, to duplicate some
     middleware.reset_chains()
     ids = [f"s10-{index}" for index in range(JOBS)]
     # Given one task of thousands of tracked jobs, a hundred of them in the queue twice

@@ -57,6 +57,11 @@ def test_event_list_filters_and_search_and_readable_messages(admin_client):
     assert Event.objects.get(task=task, status="error").job_id not in by_status
     by_task = admin_client.get(f"/admin/tracking/event/?task__id__exact={task.pk}")
     assert by_task.status_code == 200
+    # one task's list is counted from its counters, and the task's page links to it
+    assert "3 events" in by_task.content.decode()
+    assert "1 event" in admin_client.get(f"/admin/tracking/event/?task__id__exact={task.pk}&status__exact=failed").content.decode()
+    task_page = admin_client.get(f"/admin/tracking/task/{task.pk}/change/").content.decode()
+    assert f"/admin/tracking/event/?task__id__exact={task.pk}" in task_page
     assert admin_client.get(f"/admin/tracking/event/?q={failed.job_id}").content.decode().count(failed.job_id) >= 1
     detail = admin_client.get(f"/admin/tracking/event/{failed.pk}/change/").content.decode()
     assert "seller not qualified" in detail and "&quot;args&quot;" in detail
@@ -93,7 +98,8 @@ def test_retry_action_pushes_errored_jobs_again_under_the_same_jid(admin_client,
 
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
-def test_task_list_fits_a_1280_pixel_screen(browser, live_server, client, django_user_model):
+def test_task_list_fits_a_1280_pixel_screen(browser, live_server, client, django_user_model, settings):
+    settings.TRACKING = {"LAUNCH_INLINE_JOBS": 2000}  # the events written inline
     # Given tasks with long names, a long owner name and four-digit counts
     from urllib.parse import urlparse
 

@@ -300,3 +300,49 @@ def test_progress_counts_running_fractions_and_never_goes_down(api, ann):
     # Then progress moved with the reported fractions (not only when jobs ended), stayed in
     # 0..1 and never went down: a retried job keeps the most it showed until it settles
     assert seen == [0.0, 0.25, 0.375, 0.6, 0.6, 0.6, 0.725], seen
+
+
+def test_event_pages_follow_next_links_by_keyset_and_numbered_pages_still_answer(api, ann, settings):
+    # Given a task of seven events, three of them failed, two a page
+    settings.TRACKING = {"API_PAGE_SIZE": 2}
+    task = make_task(ann, size=7)
+    ids = job_ids(task)
+    for job_id in ids[::3]:
+        launching.record(job_id, transitions.FAILED_ON_PURPOSE, message="no stock")
+    # When a client follows the next links
+    seen, url, counts = [], f"/api/tasks/{task.pk}/events/", []
+    while url:
+        page = api.get(url).json()
+        seen += [row["job_id"] for row in page["results"]]
+        counts.append(page["count"])
+        url = page["next"]
+    # Then it gets every event once, in order, and the count on every page
+    assert seen == ids and set(counts) == {7} and len(counts) == 4
+    assert "cursor=" in api.get(f"/api/tasks/{task.pk}/events/").json()["next"]
+    # And a filtered list counts and pages its own events
+    failed = api.get(f"/api/tasks/{task.pk}/events/?status=failed").json()
+    assert failed["count"] == 3 and [row["job_id"] for row in failed["results"]] == ids[0:4:3]
+    assert [row["job_id"] for row in api.get(failed["next"]).json()["results"]] == [ids[6]]
+    # And ?page=N, the numbered pages, still answers
+    numbered = api.get(f"/api/tasks/{task.pk}/events/?page=2").json()
+    assert numbered["count"] == 7 and [row["job_id"] for row in numbered["results"]] == ids[2:4]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_launched_in_the_background_shows_as_launching_until_its_events_are_written(api, ann, settings, redis):
+    from tests.tracking.conftest import pop_item, run_item
+
+    # Given a task bigger than LAUNCH_INLINE_JOBS
+    settings.TRACKING = {"LAUNCH_INLINE_JOBS": 2, "LAUNCH_CHUNK_JOBS": 2}
+    task = make_task(ann, size=3)
+    # Then its summary says launching, every job waiting, and its event list is empty so far
+    summary = api.get(f"/api/tasks/{task.pk}/").json()
+    assert (summary["status"], summary["total"], summary["counts"]["enqueue"]) == ("launching", 3, 3)
+    assert api.get(f"/api/tasks/{task.pk}/events/").json() == {"count": 0, "next": None, "previous": None, "results": []}
+    # When its first chunk ran, the list counts the events written
+    run_item(pop_item(redis))
+    assert api.get(f"/api/tasks/{task.pk}/events/").json()["count"] == 2
+    assert api.get(f"/api/tasks/{task.pk}/").json()["status"] == "launching"
+    # And once the last chunk ran, the task is pending
+    run_item(pop_item(redis))
+    assert api.get(f"/api/tasks/{task.pk}/").json()["status"] == "pending"

@@ -140,8 +140,10 @@ def test_a_duplicate_finishes_a_task_whose_finish_check_was_lost(redis):
 
 
 @pytest.mark.django_db
-def test_summary_stays_one_query_as_events_and_shards_grow(django_user_model, django_assert_num_queries):
+def test_summary_stays_one_query_as_events_and_shards_grow(django_user_model, django_assert_num_queries, settings):
     from rest_framework.test import APIClient
+
+    settings.TRACKING = {"LAUNCH_INLINE_JOBS": 3000}  # the events written inline
 
     owner = django_user_model.objects.create_user("ann")
     api = APIClient()

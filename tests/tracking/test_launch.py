@@ -48,7 +48,7 @@ def test_a_rolled_back_launch_pushes_nothing(redis):
 
 @pytest.mark.django_db(transaction=True)
 def test_launching_thousands_costs_a_handful_of_queries(redis, django_assert_max_num_queries, settings):
-    settings.TRACKING = {"LAUNCH_BATCH_SIZE": 1000}
+    settings.TRACKING = {"LAUNCH_BATCH_SIZE": 1000, "LAUNCH_INLINE_JOBS": 3000}  # written inline, not fanned out
     # Rows per INSERT are capped by the backend too: SQLite under Django 5.2 assumes the old
     # 999-parameter limit (76 events an INSERT: 40 INSERTs), Django 6 reads the real one (1,000
     # an INSERT: 3). Either way the count follows the batches, never the jobs.
@@ -130,3 +130,120 @@ def test_arguments_must_be_json_native_and_nothing_is_written_otherwise(redis):
     with pytest.raises(TypeError):
         Task.objects.launch(Succeeds, [[object()]])
     assert not Task.objects.exists() and redis.llen("queue:default") == 0
+
+
+BACKGROUND = {"LAUNCH_INLINE_JOBS": 2, "LAUNCH_CHUNK_JOBS": 2}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_big_task_returns_at_once_as_launching_and_its_chunks_write_and_push_the_jobs(redis, settings):
+    # Given tasks above LAUNCH_INLINE_JOBS are fanned out, two jobs a chunk
+    settings.TRACKING = BACKGROUND
+    # When a task of five jobs is launched
+    task = Task.objects.launch(Succeeds, [[index] for index in range(5)], name="five")
+    # Then the caller gets the task row alone: launching, every job counted as waiting
+    assert (task.status, task.total, task.counts["enqueue"]) == ("launching", 5, 5)
+    assert not Event.objects.filter(task=task).exists()
+    chunks = queued_items(redis)
+    assert [item["class"] for item in chunks] == ["tracking.jobs.LaunchChunk"] * 3
+    # When workers run the chunks
+    for _ in range(3):
+        run_item(pop_item(redis))
+    # Then every event is written and every job pushed under its event's jid, in order
+    task.refresh_from_db()
+    assert (task.status, task.launching, task.counts["enqueue"]) == ("pending", 0, 5)
+    items = queued_items(redis)
+    assert [item["args"] for item in items] == [[index] for index in range(5)]
+    events = dict(Event.objects.filter(task=task).values_list("job_id", "params"))
+    assert {item["jid"]: {"args": item["args"]} for item in items} == events
+    # And the jobs run to a finished task
+    for _ in range(5):
+        run_item(pop_item(redis))
+    task.refresh_from_db()
+    assert (task.status, task.counts["finish"]) == ("finished", 5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chunk_run_twice_writes_its_events_once_and_pushes_its_jobs_again(redis, settings):
+    # Given a fanned-out task whose first chunk ran, then was delivered again (its worker died
+    # before acknowledging it, perhaps before pushing its jobs)
+    settings.TRACKING = BACKGROUND
+    task = Task.objects.launch(Succeeds, [[1], [2], [3]])
+    first_chunk = pop_item(redis)
+    run_item(first_chunk)
+    pushed_once = [item["jid"] for item in queued_items(redis) if item["class"] == Succeeds.wire_name()]
+    # When it runs again
+    run_item(first_chunk)
+    # Then its events were written once and the task's launching count moved once
+    task.refresh_from_db()
+    assert Event.objects.filter(task=task).count() == 2 and task.launching == 1 and task.status == "launching"
+    # And its jobs are pushed again under the same jids (at-least-once: none lost)
+    pushed = [item["jid"] for item in queued_items(redis) if item["class"] == Succeeds.wire_name()]
+    assert pushed == pushed_once * 2
+    # And once the last chunk ran, running every pushed copy finishes the task with exact counts
+    run_item(next(item for item in queued_items(redis) if item["class"] == "tracking.jobs.LaunchChunk"))
+    redis.lrem("queue:default", 0, redis.lindex("queue:default", -1))  # the chunk just run
+    while redis.llen("queue:default"):
+        run_item(pop_item(redis))
+    task.refresh_from_db()
+    assert (task.status, task.total, task.counts["finish"], task.counts["enqueue"]) == ("finished", 3, 3, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_big_launch_rolled_back_pushes_nothing(redis, settings):
+    settings.TRACKING = BACKGROUND
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Task.objects.launch(Succeeds, [[1], [2], [3]])
+        raise RuntimeError("the view failed after launching")
+    assert redis.llen("queue:default") == 0 and not Task.objects.exists()
+
+
+DEAD_REDIS = "redis://127.0.0.1:1/0"
+
+
+def redis_at(settings, url: str) -> None:
+    from jobsapp import connection as jobs_connection
+
+    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": url}
+    jobs_connection.reset()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_big_launch_with_redis_down_settles_its_jobs_as_dead_errors(redis, settings):
+    from jobsapp import RedisUnavailable
+
+    # Given Redis down
+    settings.TRACKING = BACKGROUND
+    redis_at(settings, DEAD_REDIS)
+    # When a big task is launched
+    with pytest.raises(RedisUnavailable):
+        Task.objects.launch(Succeeds, [[1], [2], [3]])
+    # Then the task is finished, each of its jobs a dead error that says why
+    task = Task.objects.get()
+    assert (task.status, task.launching, task.counts["error"]) == ("finished", 0, 3)
+    assert all("could not be enqueued" in messages[-1]["message"] for messages in Event.objects.values_list("messages", flat=True))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_outbox_a_big_launch_survives_redis_down_at_commit(redis, redis_server, settings):
+    from jobsapp import outbox
+
+    # Given the outbox on, and Redis down when the launching transaction commits
+    settings.TRACKING = BACKGROUND
+    settings.JOBSAPP = {**settings.JOBSAPP, "OUTBOX": True}
+    outbox.forget_tables()
+    redis_at(settings, DEAD_REDIS)
+    with transaction.atomic():
+        task = Task.objects.launch(Succeeds, [[1], [2], [3]])
+    # Then nothing is lost: the task waits, launching, its chunks in the outbox
+    task.refresh_from_db()
+    assert task.status == "launching" and not Event.objects.exists()
+    # When Redis is back and the relay runs
+    redis_at(settings, redis_server.url)
+    outbox.relay_due(grace_seconds=0)
+    # Then the chunks are queued, and running them launches every job
+    while redis.llen("queue:default"):
+        run_item(pop_item(redis))
+    task.refresh_from_db()
+    assert (task.status, task.counts["finish"]) == ("finished", 3)
+    outbox.forget_tables()
