@@ -212,8 +212,9 @@ def redis_at(settings, url: str) -> None:
 def test_a_big_launch_with_redis_down_settles_its_jobs_as_dead_errors(redis, settings):
     from jobsapp import RedisUnavailable
 
-    # Given Redis down
+    # Given the outbox off, and Redis down
     settings.TRACKING = BACKGROUND
+    settings.JOBSAPP = {**settings.JOBSAPP, "OUTBOX": False}
     redis_at(settings, DEAD_REDIS)
     # When a big task is launched
     with pytest.raises(RedisUnavailable):
