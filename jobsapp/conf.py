@@ -69,7 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "PROCESS_TTL_SECONDS": 60,
     "ORPHAN_SWEEP_INTERVAL_SECONDS": 15.0,
     "POISON_RECOVERY_LIMIT": 3,  # a job recovered this many times goes to the dead set
-    "SCHEDULER_POLL_INTERVAL_SECONDS": 1.0,  # upper bound of a scheduler sleep, jittered
+    "SCHEDULER_POLL_INTERVAL_SECONDS": 1.0,  # between two polls of the whole fleet (the processes take turns)
     # Periodic jobs: name -> {"class", "cron" or "every" (seconds), "args", "kwargs", "queue",
     # "timezone", "missed": "run_once" | "skip", "description"} (see jobsapp/periodic.py).
     "PERIODIC": {},

@@ -186,6 +186,7 @@ INFLIGHT_INDEX: str  # SET of identities that own an in-flight list
 RECOVERIES: str  # HASH jid -> times the job was recovered from a dead process
 PAUSED: str  # SET of paused queue names; fetch skips them
 SWEEP_LOCK: str  # STRING (SET NX PX): one orphan sweeper at a time
+SCHEDULERS: str  # ZSET identity -> server time of its scheduler's last poll: the fleet sharing one poll cadence
 OUTBOX_RELAY_LOCK: str  # STRING (relay_lock.lua): one outbox relay at a time
 OUTBOX_PUSHED: str  # ZSET jid -> push time: outbox entries pushed at commit, for the relay to delete
 RESULTS: str  # ZSET score=expiry epoch seconds, member=jid of a finished retained job
@@ -347,6 +348,7 @@ _NAMED: dict[str, str] = {
     "RECOVERIES": "jobsapp:recoveries",
     "PAUSED": "jobsapp:paused",
     "SWEEP_LOCK": "jobsapp:lock:sweep",
+    "SCHEDULERS": "jobsapp:schedulers",
     "OUTBOX_RELAY_LOCK": "jobsapp:lock:outbox_relay",
     "OUTBOX_PUSHED": "jobsapp:outbox:pushed",
     "RESULTS": "jobsapp:results",

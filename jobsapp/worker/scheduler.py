@@ -1,6 +1,7 @@
 """The scheduler: moves due jobs from ``schedule`` and ``retry`` into their queues.
 
-Thread ``jobsapp.scheduler``, one per worker process. "Due" is judged by the Redis server's
+Thread ``jobsapp.scheduler``, one per worker process; keys ``schedule``, ``retry``, the queues and
+``jobsapp:schedulers``. "Due" is judged by the Redis server's
 clock (``TIME``). Each poll reads the members due now (or within the next poll) with a plain
 ``ZRANGEBYSCORE``; the JSON work (the job's queue, a fresh ``enqueued_at``) is done here in
 Python, never in Lua; then ``schedule_move.lua`` removes each job from its set and pushes it
@@ -14,10 +15,23 @@ batch stays under the budget, halving when it exceeds it), so 100 due jobs of 1 
 one or two per call instead of in one 100 MB call that held Redis for seconds.
 
 Sidekiq polls every ~5 s on average, so its jobs start 2.5-7.5 s late. This scheduler looks one
-poll ahead and sleeps exactly until the next due job when that is sooner than its poll interval
-(1 s by default, jittered ±25% so processes do not poll in lockstep): a job known at the last
-poll starts within milliseconds of its due time. The sleep is computed from the server's clock,
-so a skewed local clock does not shift it.
+poll ahead and sleeps exactly until the next due job when that is sooner than its next poll: a
+job known at a poll starts within milliseconds of its due time. The sleep is computed from the
+server's clock, so a skewed local clock does not shift it.
+
+The processes share one poll cadence, so that a fleet's idle polling does not grow with its
+size (Sidekiq stretches each process's interval by the number of processes for the same reason,
+at random). The fleet polls once per ``SCHEDULER_POLL_INTERVAL_SECONDS`` (1 s by default) in
+all, the processes in turn: each one records its poll in ``jobsapp:schedulers`` (identity ->
+server time) and reads the others', and with N live entries and its rank r among their sorted
+identities it polls next at the server time ``r * interval`` past a multiple of ``N * interval``.
+Every poll looks ``1.25 * interval`` ahead, more than the fleet's spacing, so a job due later
+than one interval after its push is seen by some poll before it is due and is started on time by
+the process that saw it; a job due sooner waits at most about one interval, as with one process.
+An entry not renewed within two rounds of the cadence (a process killed outright) is ignored and
+removed; a stopping process removes its own. While the fleet's size changes, turns may overlap
+or leave a gap of about one interval for one round. A scheduler built without an identity (a
+test, a tool) polls on its own, every interval jittered ±25 %.
 
 A member that is not a JSON job object (another client's garbage) is pushed as it is onto the
 default queue, where the worker files it in the dead set as malformed.
@@ -35,7 +49,7 @@ from .. import faults, keys, scripts
 from ..clock import SYSTEM_CLOCK, Clock
 from ..component import PollingComponent
 from ..conf import jobs_settings
-from ..connection import as_bytes
+from ..connection import REDIS_ERRORS, as_bytes
 from ..payload import decode, encode_unchecked
 
 logger = logging.getLogger("jobsapp.scheduler")
@@ -45,6 +59,20 @@ MOVE_BATCH = 100
 #: The most bytes of jobs (as stored plus as pushed) one schedule_move.lua call carries, at
 #: least one job: Redis copies them while it runs the script, and nothing else runs meanwhile.
 MOVE_BUDGET_BYTES = 1_000_000
+#: Rounds of the cadence after which a process that has not polled is no longer counted.
+STALE_AFTER_ROUNDS = 2
+#: Seconds added to that bound: a process's poll may be late by a slow move or a busy GIL.
+STALE_SLACK_SECONDS = 5.0
+
+
+def next_turn_seconds(now: float, *, rank: int, fleet_size: int, interval_seconds: float) -> float:
+    """Seconds from ``now`` (server time) to the next turn of the process of rank ``rank`` among
+    ``fleet_size`` taking turns every ``interval_seconds``: its turns fall ``rank * interval``
+    past each multiple of ``fleet_size * interval``."""
+    cycle = fleet_size * interval_seconds
+    offset = rank * interval_seconds
+    rounds = (now - offset) // cycle + 1
+    return offset + rounds * cycle - now
 
 
 def queue_and_payload(member: bytes, *, enqueued_at: float, default_queue: str) -> tuple[str, bytes]:
@@ -89,18 +117,29 @@ class Scheduler(PollingComponent):
     logger = logger
 
     def __init__(
-        self, *, client: redis.Redis, poll_interval_seconds: float, rng: random.Random | None = None, clock: Clock = SYSTEM_CLOCK
+        self,
+        *,
+        client: redis.Redis,
+        poll_interval_seconds: float,
+        identity: str | None = None,
+        rng: random.Random | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(clock=clock)
         self.client = client
         self.poll_interval_seconds = poll_interval_seconds
+        self.identity = identity  # None: polls on its own, not in the fleet's cadence
         self.rng = rng or random.Random()
+        self._last_server_now: float | None = None
+        #: the live schedulers the last poll saw (this one included)
+        self.fleet_size = 1
         # members read per round trip, per set: adapts to the jobs' size (see the header)
         self._batch_sizes: dict[str, int] = {keys.SCHEDULE: 1, keys.RETRY: 1}
 
     def _server_now(self) -> float:
         seconds, microseconds = self.client.time()
-        return int(seconds) + int(microseconds) / 1_000_000
+        now = self._last_server_now = int(seconds) + int(microseconds) / 1_000_000
+        return now
 
     def _adapt(self, set_key: str, read: int, read_bytes: int) -> None:
         size = self._batch_sizes[set_key]
@@ -155,5 +194,32 @@ class Scheduler(PollingComponent):
         moved, wait = self.enqueue_due()
         if moved:
             logger.debug("scheduler: enqueued %d due jobs", moved)
-        poll = self.poll_interval_seconds * self.rng.uniform(0.75, 1.25)
-        return poll if wait is None else max(0.0, min(wait + 0.0005, poll))
+        if self.identity is None or self._last_server_now is None:
+            turn = self.poll_interval_seconds * self.rng.uniform(0.75, 1.25)
+        else:
+            turn = self._take_turn(self.identity, self._last_server_now)
+        return turn if wait is None else max(0.0, min(wait + 0.0005, turn))
+
+    def _take_turn(self, identity: str, now: float) -> float:
+        """Record this poll in ``jobsapp:schedulers`` and read the fleet; the seconds until this
+        process's next turn (see the module's header)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(keys.SCHEDULERS, {identity: now})
+        pipe.zrange(keys.SCHEDULERS, 0, -1, withscores=True)
+        _, entries = pipe.execute()
+        everyone = {as_bytes(member).decode(errors="replace"): float(score) for member, score in entries}
+        oldest = now - STALE_AFTER_ROUNDS * len(everyone) * self.poll_interval_seconds - STALE_SLACK_SECONDS
+        live = sorted(identity for identity, seen in everyone.items() if seen >= oldest)
+        stale = [identity for identity in everyone if identity not in live]
+        if stale:  # killed outright: their turns go to the others
+            self.client.zrem(keys.SCHEDULERS, *stale)
+        self.fleet_size = len(live)
+        return next_turn_seconds(now, rank=live.index(identity), fleet_size=len(live), interval_seconds=self.poll_interval_seconds)
+
+    def _run(self) -> None:
+        super()._run()
+        if self.identity is not None:
+            try:
+                self.client.zrem(keys.SCHEDULERS, self.identity)  # its turns go to the others at once
+            except REDIS_ERRORS:  # Redis away at shutdown: the entry goes stale and is removed by the others
+                pass

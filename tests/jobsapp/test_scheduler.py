@@ -1,15 +1,20 @@
-"""The scheduler's atomic move (schedule_move.lua) and its timing, without a worker process."""
+"""The scheduler's atomic move (schedule_move.lua), its timing and the fleet's shared poll cadence,
+without a worker process."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
 
-from jobsapp import client
+import pytest
+
+from jobsapp import client, keys
 from jobsapp.connection import get_redis
-from jobsapp.worker.scheduler import Scheduler
+from jobsapp.worker.scheduler import Scheduler, next_turn_seconds
 from tests.testapp.jobs import Noop
+from tests.workers import wait_until
 
 
 def test_due_jobs_move_with_fresh_enqueued_at_and_the_rest_stay(redis):
@@ -77,3 +82,57 @@ def test_big_due_jobs_are_moved_in_calls_bounded_by_bytes(redis):
     assert redis.llen("queue:big") == 12 and calls >= 6
     assert redis.lrange("queue:default", 0, -1) == [b"\xff not json"]
     assert all(json.loads(raw)["enqueued_at"] > now for raw in redis.lrange("queue:big", 0, -1))
+
+
+def test_turns_fall_at_the_rank_past_each_round_of_the_fleet():
+    # One process: every interval, on the server clock's whole intervals
+    assert next_turn_seconds(100.25, rank=0, fleet_size=1, interval_seconds=1.0) == pytest.approx(0.75)
+    # The fourth of twenty: 3 s past each multiple of 20 s
+    assert next_turn_seconds(100.25, rank=3, fleet_size=20, interval_seconds=1.0) == pytest.approx(2.75)
+    assert next_turn_seconds(103.5, rank=3, fleet_size=20, interval_seconds=1.0) == pytest.approx(19.5)
+    # Right at its turn (it has just polled): the next round
+    assert next_turn_seconds(123.0, rank=3, fleet_size=20, interval_seconds=1.0) == pytest.approx(20.0)
+
+
+def test_a_fleet_polls_in_turn_once_per_interval_in_all(redis):
+    # Given twenty processes' schedulers that have each polled once (the first ones saw a smaller fleet)
+    schedulers = [Scheduler(client=get_redis(), poll_interval_seconds=1.0, identity=f"host:{pid}:0123456789ab") for pid in range(20)]
+    for scheduler in schedulers:
+        scheduler.poll()
+    # When each polls again
+    turns = []
+    for scheduler in schedulers:
+        wait = scheduler.poll()
+        turns.append(scheduler._last_server_now + wait)
+    # Then each knows the fleet's size, and their next polls are one interval apart: twenty in
+    # twenty seconds in all, not twenty a second
+    assert {scheduler.fleet_size for scheduler in schedulers} == {20}
+    ordered = sorted(turns)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(ordered)]
+    assert all(gap == pytest.approx(1.0, abs=0.05) for gap in gaps), gaps
+    assert ordered[-1] - ordered[0] < 20
+
+
+def test_a_process_that_stopped_polling_loses_its_turn_and_its_entry(redis):
+    # Given an entry that has not polled for long (its process was killed outright)
+    now = float(redis.time()[0])
+    redis.zadd(keys.SCHEDULERS, {"gone:1:0123456789ab": now - 3600})
+    # When a live scheduler polls
+    scheduler = Scheduler(client=get_redis(), poll_interval_seconds=1.0, identity="here:2:0123456789ab")
+    wait = scheduler.poll()
+    # Then the dead one is removed and the live one polls every interval, alone
+    assert redis.zrange(keys.SCHEDULERS, 0, -1) == [b"here:2:0123456789ab"]
+    assert scheduler.fleet_size == 1 and wait <= 1.0
+
+
+def test_a_stopping_scheduler_gives_up_its_turn(redis):
+    # Given a running scheduler in the fleet
+    scheduler = Scheduler(client=get_redis(), poll_interval_seconds=1.0, identity="here:3:0123456789ab")
+    scheduler.start()
+    try:
+        wait_until(lambda: redis.zscore(keys.SCHEDULERS, "here:3:0123456789ab") is not None, message="it polled")
+    finally:
+        # When it stops
+        scheduler.stop(time.monotonic() + 5)
+    # Then its entry is gone: the others take its turns at once
+    assert redis.zscore(keys.SCHEDULERS, "here:3:0123456789ab") is None
