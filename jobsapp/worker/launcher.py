@@ -470,10 +470,9 @@ class WorkerProcess:
             on_fenced=partial(self.fence, watchdog=watchdog, async_lane=async_lane, manager=manager),
             clock=self.clock,
         )
-        scheduler = Scheduler(  # identity: it takes its turn in the fleet's poll cadence
-            client=client, poll_interval_seconds=float(jobs_settings.SCHEDULER_POLL_INTERVAL_SECONDS), identity=self.identity,
-            rng=self.rng, clock=self.clock,
-        )  # fmt: skip
+        scheduler = Scheduler(  # with its identity it takes turns: the fleet polls once per SCHEDULER_POLL_INTERVAL_SECONDS
+            client=client, identity=self.identity, rng=self.rng, clock=self.clock
+        )
         periodic_jobs = [  # ImproperlyConfigured stops the process before it takes jobs
             definition
             for definition in periodic_definitions()

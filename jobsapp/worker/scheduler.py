@@ -120,13 +120,15 @@ class Scheduler(PollingComponent):
         self,
         *,
         client: redis.Redis,
-        poll_interval_seconds: float,
+        poll_interval_seconds: float | None = None,
         identity: str | None = None,
         rng: random.Random | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(clock=clock)
         self.client = client
+        if poll_interval_seconds is None:
+            poll_interval_seconds = float(jobs_settings.SCHEDULER_POLL_INTERVAL_SECONDS)
         self.poll_interval_seconds = poll_interval_seconds
         self.identity = identity  # None: polls on its own, not in the fleet's cadence
         self.rng = rng or random.Random()
