@@ -17,7 +17,7 @@ from django.utils.html import format_html, format_html_join
 from jobsapp import RedisUnavailable
 from jobsapp.api import redact
 
-from .launching import retry_errored
+from .launching import cancel, retry_errored
 from .models import Event, EventStatus, Task
 
 
@@ -26,10 +26,19 @@ class TaskStatusFilter(admin.SimpleListFilter):
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("launching", "launching"), ("pending", "pending"), ("running", "running"), ("finished", "finished")]
+        return [
+            ("launching", "launching"),
+            ("pending", "pending"),
+            ("running", "running"),
+            ("finished", "finished"),
+            ("cancelled", "cancelled"),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Task]) -> QuerySet[Task]:
         value = self.value()
+        if value == "cancelled":
+            return queryset.filter(cancelled_at__isnull=False)
+        queryset = queryset.filter(cancelled_at__isnull=True) if value else queryset
         if value == "finished":
             return queryset.filter(finished_at__isnull=False)
         if value == "launching":
@@ -90,13 +99,13 @@ class TaskAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     readonly_fields = [
         "id", "name", "owner", "status_label", "progress_bar", "events_link", "total", "launching", "enqueue_count", "working_count",
-        "finish_count", "failed_count", "error_count", "settled_count", "then_class", "then_args", "then_queued",
+        "finish_count", "failed_count", "error_count", "cancelled_count", "settled_count", "then_class", "then_args", "then_queued",
         "on_complete_class", "complete_fired", "on_success_class", "success_fired",
-        "created_at", "updated_at", "started_at", "finished_at",
+        "created_at", "updated_at", "started_at", "finished_at", "cancelled_at",
     ]  # fmt: skip
     exclude = ["revision"]
     inlines = [ProblemEventInline]
-    actions = ["retry_errored_jobs"]
+    actions = ["retry_errored_jobs", "cancel_tasks"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
         return super().get_queryset(request).with_counts()  # type: ignore[attr-defined]
@@ -124,9 +133,10 @@ class TaskAdmin(admin.ModelAdmin):
         return format_html(
             "<span style='white-space:nowrap'>{} / {} settled</span><br>"
             "<small style='white-space:nowrap'>{} waiting · {} working</small><br>"
-            "<small style='white-space:nowrap'>{} done · <span style='color:{}'>{} failed · {} errors</span></small>",
+            "<small style='white-space:nowrap'>{} done · <span style='color:{}'>{} failed · {} errors</span>{}</small>",
             f"{task.settled_count:,}", f"{task.total:,}", f"{counts['enqueue']:,}", f"{counts['working']:,}", f"{counts['finish']:,}",
             "#d9822b" if problems else "inherit", f"{counts['failed']:,}", f"{counts['error']:,}",
+            f" · {counts['cancelled']:,} cancelled" if counts["cancelled"] else "",
         )  # fmt: skip
 
     @admin.display(description="enqueue")
@@ -148,6 +158,10 @@ class TaskAdmin(admin.ModelAdmin):
     @admin.display(description="error")
     def error_count(self, task: Task) -> int:
         return task.counts["error"]
+
+    @admin.display(description="cancelled")
+    def cancelled_count(self, task: Task) -> int:
+        return task.counts["cancelled"]
 
     @admin.display(description="settled")
     def settled_count(self, task: Task) -> int:
@@ -185,6 +199,21 @@ class TaskAdmin(admin.ModelAdmin):
             self.message_user(request, f"Redis is unavailable, jobs not retried: {exc}", messages.ERROR)
             return
         self.message_user(request, f"Retried {retried} errored job(s).", messages.SUCCESS)
+
+    @admin.action(description="Cancel the selected tasks (remove their waiting jobs, stop their running ones)", permissions=["change"])
+    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        removed = stopping = cancelled = 0
+        try:
+            for task in queryset:
+                outcome = cancel(task, by=str(request.user))
+                cancelled += outcome.first
+                removed += outcome.removed + outcome.settled_here
+                stopping += outcome.cancelling
+        except RedisUnavailable as exc:
+            self.message_user(request, f"Redis is unavailable, the tasks' jobs were not all cancelled: {exc}", messages.ERROR)
+            return
+        text = f"Cancelled {cancelled} task(s): {removed} waiting job(s) removed, {stopping} running job(s) being stopped."
+        self.message_user(request, text, messages.SUCCESS)
 
 
 @admin.register(Event)

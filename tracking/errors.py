@@ -13,3 +13,9 @@ class BusinessFailure(NoRetryError):
 
 #: The name the AsyncTask documents use for a business failure.
 NormalException = BusinessFailure
+
+
+class TaskCancelled(Exception):
+    """The task was cancelled (``tracking.launching.cancel``): no job may join it any more. Raised
+    by ``Task.objects.add_jobs``, by a push of a job naming the task (``task_id``), and by
+    retrying its errored jobs; nothing was written or pushed."""

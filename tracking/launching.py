@@ -74,6 +74,7 @@ import secrets
 from collections import deque
 from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -83,14 +84,15 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jobsapp import Job, RedisUnavailable, client, jobs_settings, outbox
+from jobsapp import Job, RedisUnavailable, api, client, jobs_settings, outbox
 from jobsapp.client import Item, check_json_native, new_jid
 
 from . import recorder, single_trip
 from .conf import tracking_settings
+from .errors import TaskCancelled
 from .models import Event, Task, TaskCounter
 from .recorder import ENQUEUE_SHARD, RecordedJob
-from .transitions import DEAD, ERROR, REOPENED, Change, Transition
+from .transitions import CANCEL, DEAD, ERROR, REOPENED, Change, Transition
 
 logger = logging.getLogger("tracking.launching")
 
@@ -200,7 +202,7 @@ def _apply_in_transaction(changes: Sequence[Change], shard: int) -> list[bool]:
 
 def _finish(task: recorder.TaskProgress, now: datetime) -> None:
     """Finish a complete task (its row locked by this transaction), or add its follow-up job."""
-    if task.then_class and not task.then_queued:
+    if task.then_class and not task.then_queued and not recorder.is_cancelled(task.task_id):
         queue_follow_up(task.task_id, now=now)
     elif recorder.mark_finished(task.task_id, now) and task.has_callbacks:
         fire_callbacks(task.task_id)  # on_complete / on_success, at most once each
@@ -508,13 +510,19 @@ def launch_chunk(task_id: str, wire_name: str, queue: str, chunk: str) -> int:
     ``[[jid, args], ...]``) and push its jobs under those jids; returns how many were pushed.
 
     Exact per jid when run again (see the module header): the events are written once, the
-    pushes are repeated (at-least-once). A chunk of a deleted task pushes nothing.
+    pushes are repeated (at-least-once). A chunk of a deleted task pushes nothing; a chunk of a
+    cancelled task (``cancel``) settles its events ``cancelled`` and pushes nothing.
     """
     jobs: list[RecordedJob] = [(str(job_id), list(args), None) for job_id, args in json.loads(chunk)]
     if not jobs:
         return 0
     if not _write_chunk(task_id, wire_name, queue, jobs) and not Event.objects.filter(job_id=jobs[0][0], task_id=task_id).exists():
         return 0  # the task is gone
+    if recorder.is_cancelled(task_id):  # cancelled while it launched: its jobs are cancelled unpushed
+        now = timezone.now()
+        apply([Change(job_id, CANCEL, now, message="cancelled before it was enqueued") for job_id, _, _ in jobs])
+        settle_check([task_id], now=now)
+        return 0
     pushed = push_recorded(task_id, wire_name, jobs, queue=queue, settle_on_outage=False)
     return sum(jid is not None for jid in pushed)
 
@@ -534,7 +542,8 @@ def fire_callbacks(task_id: str) -> None:
     ``on_success`` the first time it finishes with no failed and no errored job (a task whose
     errored jobs are retried and then succeed fires it then). Each is claimed by a conditional
     UPDATE, so of any number of racing finishers one pushes it, once, after commit, with the
-    arguments ``(task_id, {"total", "finish", "failed", "error"})``.
+    arguments ``(task_id, {"total", "finish", "failed", "error", "cancelled"})``. A cancelled task
+    fires ``on_complete`` once its last job stopped, never ``on_success``.
     """
     row = Task.objects.filter(pk=task_id).values_list("on_complete_class", "on_success_class", "complete_fired", "success_fired").first()
     if row is None or not (row[0] or row[1]):
@@ -542,11 +551,17 @@ def fire_callbacks(task_id: str) -> None:
     on_complete, on_success, complete_fired, success_fired = row
     task = Task.objects.get(pk=task_id)
     counts = task.counts
-    summary = {"total": task.total, "finish": counts["finish"], "failed": counts["failed"], "error": counts["error"]}
+    summary = {
+        "total": task.total,
+        "finish": counts["finish"],
+        "failed": counts["failed"],
+        "error": counts["error"],
+        "cancelled": counts["cancelled"],
+    }
     fire: list[str] = []
     if on_complete and not complete_fired and Task.objects.filter(pk=task_id, complete_fired=False).update(complete_fired=True):
         fire.append(on_complete)
-    succeeded = summary["failed"] == 0 and summary["error"] == 0
+    succeeded = summary["failed"] == 0 and summary["error"] == 0 and summary["cancelled"] == 0 and task.cancelled_at is None
     if on_success and succeeded and not success_fired and Task.objects.filter(pk=task_id, success_fired=False).update(success_fired=True):
         fire.append(on_success)
     for wire_name in fire:
@@ -583,9 +598,11 @@ def add_jobs(task: Task | str, job_class: type[Job], args_list: Sequence[Sequenc
         return []
     with transaction.atomic():
         # The task row first, then the events, then shard 0: the enqueue side's lock order.
-        if not Task.objects.filter(pk=task_id).update(
+        if not Task.objects.filter(pk=task_id, cancelled_at__isnull=True).update(
             total=F("total") + len(jobs), finished_at=None, revision=F("revision") + 1, updated_at=timestamp
         ):
+            if Task.objects.filter(pk=task_id).exists():
+                raise TaskCancelled(f"task {task_id} was cancelled: no job may join it")
             raise Task.DoesNotExist(f"no task {task_id!r}")
         recorder.add_events(task_id, template.wire_name, template.queue, jobs, timestamp)
         push_after_commit(task_id, template.wire_name, jobs, batch_size=batch_size)
@@ -600,6 +617,8 @@ def retry_errored(task: Task, *, by: str = "an operator") -> int:
     """
     by_class: dict[tuple[str, str], list[RecordedJob]] = {}
     now = timezone.now()
+    if recorder.is_cancelled(task.pk):
+        raise TaskCancelled(f"task {task.pk} was cancelled: its jobs are not retried")
     with transaction.atomic():
         dead = Event.objects.filter(task=task, status=ERROR, is_final=True).order_by("id")
         candidates = list(dead.values_list("job_id", "job_class", "queue", "params"))
@@ -614,3 +633,63 @@ def retry_errored(task: Task, *, by: str = "an operator") -> int:
         for (wire_name, queue), jobs in by_class.items():
             push_after_commit(task.pk, wire_name, jobs, queue=queue)
     return sum(len(jobs) for jobs in by_class.values())
+
+
+# --- cancelling a task ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskCancellation:
+    """What ``cancel`` did: whether this call cancelled the task (False: it was cancelled
+    already), and how many of its unsettled jobs were removed while they waited, are being
+    stopped where they run, or were found nowhere (their events settled ``cancelled`` here)."""
+
+    task_id: str
+    first: bool
+    removed: int
+    cancelling: int
+    settled_here: int
+
+
+def cancel(task: Task | str, *, by: str = "an operator") -> TaskCancellation:
+    """Cancel a task: no job may join it any more (``TaskCancelled``), and every job of it not
+    settled yet is cancelled through ``jobsapp.api.cancel_many``: a waiting one is removed (its
+    event settles ``cancelled`` through the engine's door and tracking's middleware, and here as
+    well), a running one is stopped by its worker within a second (its worker records
+    ``cancelled``), one found nowhere (never pushed, lost, or ending right now) settles
+    ``cancelled`` here unless its own end came first. The task's status is ``cancelled`` from now
+    on; it finishes (``finished_at``, ``on_complete``) once its last job stopped, and then
+    ``finish + failed + error + cancelled == total``. Idempotent: a second call cancels what is
+    still unsettled (nothing, once the first took effect) and reports ``first=False``.
+    """
+    task_id = task.pk if isinstance(task, Task) else str(task)
+    now = timezone.now()
+    with transaction.atomic():
+        if not Task.objects.filter(pk=task_id).exists():
+            raise Task.DoesNotExist(f"no task {task_id!r}")
+        first = bool(
+            Task.objects.filter(pk=task_id, cancelled_at__isnull=True).update(cancelled_at=now, revision=F("revision") + 1, updated_at=now)
+        )
+    open_jobs = list(Event.objects.filter(task_id=task_id, is_final=False).order_by("id").values_list("job_id", flat=True))
+    failure: RedisUnavailable | None = None
+    # One transaction around the Redis side: what the door tells tracking for each removed job
+    # is recorded inline in it (no wait on the recording thread per job), and committed even if
+    # Redis goes away midway (a later call cancels the rest).
+    with transaction.atomic():
+        try:
+            answers = api.cancel_many(open_jobs) if open_jobs else []
+        except RedisUnavailable as exc:
+            answers, failure = [], exc
+        removed = [answer.jid for answer in answers if answer.outcome == api.CancelOutcome.CANCELLED]
+        cancelling = sum(1 for answer in answers if answer.outcome == api.CancelOutcome.CANCELLING)
+        nowhere = [answer.jid for answer in answers if answer.outcome == api.CancelOutcome.NOT_FOUND]
+        # removed ones were heard through the door already (then these are no-ops); a job's own
+        # end that came first keeps its event final, and these change nothing for it
+        changed = apply([Change(job_id, CANCEL, now, message=f"cancelled by {by}") for job_id in [*removed, *nowhere]])
+    settled_here = sum(changed[len(removed) :])
+    settle_check([task_id], now=now)
+    if failure is not None:
+        raise failure
+    if first:
+        logger.info("task %s cancelled by %s: %d removed, %d being stopped", task_id, by, len(removed), cancelling)
+    return TaskCancellation(task_id=task_id, first=first, removed=len(removed), cancelling=cancelling, settled_here=settled_here)

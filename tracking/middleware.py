@@ -7,7 +7,8 @@ other tracked job it inserts the event (and a task of its own, or joins ``task_i
 in ``CLIENT_MIDDLEWARE`` so it sees every job of a bulk push.
 
 ``TrackingServerMiddleware`` runs in processor threads around ``perform``: ``working`` before,
-then ``finish``, ``failed`` (the job raised ``NoRetryError``/``BusinessFailure``) or ``error`` (any
+then ``finish``, ``failed`` (the job raised ``NoRetryError``/``BusinessFailure``), ``cancelled``
+(``JobCancelled``; a job cancelled while it waited is heard through ``on_dead``) or ``error`` (any
 other exception: the engine then calls ``on_retry``, back to ``enqueue`` with "waiting for retry
 (n of m)", or ``on_dead``, a final ``error``). ``on_requeue`` records a job put back at shutdown.
 Records go through the process's recording thread (``tracking.writer``): ``working`` is not
@@ -28,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError
 from django.utils import timezone
 
-from jobsapp import ClientMiddleware, DeadReason, NoRetryError, ServerMiddleware
+from jobsapp import ClientMiddleware, DeadReason, JobCancelled, NoRetryError, ServerMiddleware
 from jobsapp.client import Item
 
 from . import recorder
 from .launching import recorded_jid_for
 from .progress import EventHandle
-from .transitions import CRASHED, DEAD, FAILED_ON_PURPOSE, FINISHED, REQUEUED, RETRY_SCHEDULED, Change, Transition
+from .transitions import CANCEL, CRASHED, DEAD, FAILED_ON_PURPOSE, FINISHED, REQUEUED, RETRY_SCHEDULED, Change, Transition
 from .writer import record_change, stop_writer
 
 if TYPE_CHECKING:
@@ -105,6 +106,10 @@ class TrackingServerMiddleware(ServerMiddleware):
             # A business failure: the engine fails the job without retry; the event is final.
             self._safely(handle, handle.end, FAILED_ON_PURPOSE, str(exc) or type(exc).__name__)
             raise
+        except JobCancelled:
+            # Cancelled: the engine ends it for good and tells on_dead (reason cancelled).
+            self._safely(handle, handle.end, CANCEL, DEAD_REASONS[DeadReason.CANCELLED])
+            raise
         except Exception as exc:
             # A crash: the engine retries or kills the job next and tells on_retry / on_dead.
             self._safely(handle, handle.end, CRASHED, describe(exc))
@@ -145,6 +150,9 @@ class TrackingServerMiddleware(ServerMiddleware):
             # that write was lost.
             text = str(exception) if exception is not None else ""
             self._record(item, FAILED_ON_PURPOSE, text or DEAD_REASONS[reason])
+            return
+        if reason == DeadReason.CANCELLED:  # removed while it waited, or stopped while it ran
+            self._record(item, CANCEL, DEAD_REASONS[reason])
             return
         message = DEAD_REASONS.get(reason, f"not run again: {reason}")
         if exception is not None and reason not in (DeadReason.RETRIES_EXHAUSTED, DeadReason.RETRY_DISABLED, DeadReason.NO_RETRY):

@@ -19,7 +19,8 @@ started yet, or finished, stays one query).
 The summary's ETag is the task row's ``revision`` (total, finish) plus the sum of the shards'
 ``changes`` (every event change adds one): both only grow, so any change gives a new ETag.
 
-An ``Event`` is one job (``job_id`` is the jid). ``status`` is one of the documents' five;
+An ``Event`` is one job (``job_id`` is the jid). ``status`` is one of the documents' five, or
+``cancelled`` (final: the job was cancelled, ``tracking.launching.cancel`` or ``jobsapp.api.cancel``);
 ``is_final`` tells a settled ``error`` (retries exhausted, dead) from a crash the engine is about to
 retry. ``revision`` counts the event's changes. Every change is decided on the event row read
 under the writer's lock (SQLite's one writer, PostgreSQL's ``FOR UPDATE``), so two copies of a job
@@ -56,11 +57,12 @@ class EventStatus(models.TextChoices):
     FINISH = "finish", "finish"
     FAILED = "failed", "failed"
     ERROR = "error", "error"
+    CANCELLED = "cancelled", "cancelled"
 
 
 #: Status name -> the TaskCounter column that counts events in that status.
 COUNT_FIELDS: dict[str, str] = {status.value: status.value for status in EventStatus}
-#: Every summed TaskCounter column: the five statuses, settled events, and changes (for the ETag).
+#: Every summed TaskCounter column: the six statuses, settled events, and changes (for the ETag).
 TALLY_FIELDS: tuple[str, ...] = (*COUNT_FIELDS.values(), "settled", "changes")
 
 
@@ -69,6 +71,7 @@ class TaskStatus(models.TextChoices):
     PENDING = "pending", "pending"
     RUNNING = "running", "running"
     FINISHED = "finished", "finished"
+    CANCELLED = "cancelled", "cancelled"
 
 
 def reported_fraction(entry: dict[str, Any]) -> float | None:
@@ -153,6 +156,8 @@ class Task(models.Model):
     updated_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # When someone cancelled the task (``tracking.launching.cancel``): no job joins it any more.
+    cancelled_at = models.DateTimeField(null=True, blank=True)
 
     objects = TaskManager()
 
@@ -210,6 +215,8 @@ class Task(models.Model):
 
     @property
     def status(self) -> str:
+        if self.cancelled_at is not None:  # from the cancel on; finished_at says when its last job stopped
+            return TaskStatus.CANCELLED
         if self.finished_at is not None:
             return TaskStatus.FINISHED
         if self.launching:
@@ -261,6 +268,7 @@ class TaskCounter(models.Model):
     finish = models.BigIntegerField(default=0)
     failed = models.BigIntegerField(default=0)
     error = models.BigIntegerField(default=0)
+    cancelled = models.BigIntegerField(default=0)
     settled = models.BigIntegerField(default=0, help_text="Events that will not change again.")
     changes = models.BigIntegerField(default=0, help_text="Event changes counted here (part of the ETag).")
     updated_at = models.DateTimeField(default=timezone.now)

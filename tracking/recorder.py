@@ -68,6 +68,7 @@ from django.utils import timezone
 from jobsapp.client import Item, job_template
 
 from .conf import tracking_settings
+from .errors import TaskCancelled
 from .models import COUNT_FIELDS, TALLY_FIELDS, Event, Task, TaskCounter
 from .transitions import Change, capped, message_entry
 
@@ -548,6 +549,11 @@ def lock_task(task_id: str) -> None:
         list(Task.objects.select_for_update().filter(pk=task_id).values_list("pk"))
 
 
+def is_cancelled(task_id: str) -> bool:
+    """Whether the task was cancelled (no follow-up job is added to it then)."""
+    return Task.objects.filter(pk=task_id, cancelled_at__isnull=False).exists()
+
+
 def mark_finished(task_id: str, now: datetime) -> bool:
     """Set ``finished_at`` unless set already; True for the one caller that set it."""
     unfinished = Task.objects.filter(pk=task_id, finished_at__isnull=True)
@@ -566,7 +572,7 @@ def claim_follow_up(task_id: str, now: datetime) -> tuple[str, list[Any]] | None
     last events race; the caller records the job's event (``add_events``) and pushes it.
     """
     due = list(
-        Task.objects.filter(pk=task_id, then_queued=False)
+        Task.objects.filter(pk=task_id, then_queued=False, cancelled_at__isnull=True)
         .exclude(then_class="")
         .annotate(settled=Coalesce(_settled_sum(), 0))
         .filter(settled__gte=F("total"))
@@ -618,12 +624,14 @@ def record_enqueue(item: Item, *, now: datetime | None = None) -> str:
         params["kwargs"] = item["kwargs"]
     try:
         with transaction.atomic():
-            joined = isinstance(task_id, str) and Task.objects.filter(pk=task_id).update(
+            joined = isinstance(task_id, str) and Task.objects.filter(pk=task_id, cancelled_at__isnull=True).update(
                 total=F("total") + 1,
                 revision=F("revision") + 1,
                 updated_at=timestamp,
                 finished_at=None,
             )
+            if not joined and isinstance(task_id, str) and Task.objects.filter(pk=task_id, cancelled_at__isnull=False).exists():
+                raise TaskCancelled(f"task {task_id} was cancelled: no job may join it")
             if not joined:
                 task_id = Task.objects.create(
                     name=str(item.get("class", "")),

@@ -19,6 +19,7 @@ class CountsSerializer(serializers.Serializer):
     finish = serializers.IntegerField()
     failed = serializers.IntegerField()
     error = serializers.IntegerField()
+    cancelled = serializers.IntegerField()
 
 
 class TaskSerializer(serializers.ModelSerializer):
@@ -31,7 +32,7 @@ class TaskSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Task
-        fields = ["id", "name", "status", "total", "counts", "progress", "created_at", "updated_at", "finished_at"]
+        fields = ["id", "name", "status", "total", "counts", "progress", "created_at", "updated_at", "finished_at", "cancelled_at"]
         read_only_fields = fields
 
     @extend_schema_field(CountsSerializer)

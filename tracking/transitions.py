@@ -31,6 +31,7 @@ WORKING = EventStatus.WORKING.value
 FINISH = EventStatus.FINISH.value
 FAILED = EventStatus.FAILED.value
 ERROR = EventStatus.ERROR.value
+CANCELLED = EventStatus.CANCELLED.value
 
 _NOT_FINAL = frozenset((status, False) for status in (ENQUEUE, WORKING, ERROR))
 _ANY = frozenset((status.value, final) for status in EventStatus for final in (False, True))
@@ -59,6 +60,8 @@ CRASHED = Transition("error", ERROR, False, _NOT_FINAL)
 RETRY_SCHEDULED = Transition("retry", ENQUEUE, False, _NOT_FINAL)
 #: The engine will not run the job again (retries exhausted, dead, unknown class...).
 DEAD = Transition("dead", ERROR, True, _NOT_FINAL)
+#: Cancelled (jobsapp.api.cancel, a task's cancel): removed while it waited, or stopped while it ran.
+CANCEL = Transition("cancel", CANCELLED, True, _NOT_FINAL)
 #: Put back unfinished at worker shutdown.
 REQUEUED = Transition("requeue", ENQUEUE, False, frozenset({(WORKING, False)}))
 #: An operator retries a dead job (admin action): the only way out of a final state.

@@ -5,7 +5,9 @@ ownerless ones for staff), so another user's task or event answers 404 exactly a
 Anonymous callers are refused whatever the project's DRF default permission is. The task summary is one query: the task row with its few
 counter shards summed (``Task.objects.with_counts()``); it carries an ETag built from the task's
 ``revision`` and the shards' change count, and a repeated ``If-None-Match`` gets 304 while nothing
-changed. ``?running=1`` (the progress page's poll) adds the running jobs' latest messages and
+changed. ``POST /api/tasks/<id>/cancel/`` cancels the task (``tracking.launching.cancel``), with
+the same scoping (another user's task: 404) and DRF's CSRF check for session callers.
+``?running=1`` (the progress page's poll) adds the running jobs' latest messages and
 reported fractions: one more query on the ``(task, status)`` index, at most RUNNING_SHOWN rows.
 Event lists are filtered by ``?status=failed`` (or ``failed,error``) on the ``(task, status,
 id)`` index and paginated by keyset (``EventPagination``): a page is the next rows after an id
@@ -35,6 +37,7 @@ from rest_framework.throttling import UserRateThrottle
 
 from jobsapp.login import to_login
 
+from . import launching
 from .conf import tracking_settings
 from .models import Event, EventStatus, Task, reported_fraction
 from .permissions import TrackingAccess, visible_tasks
@@ -122,6 +125,13 @@ def parse_statuses(raw: str | None) -> list[str]:
     return wanted
 
 
+def _who(request: Any) -> str:
+    """How a cancel's message names the caller."""
+    user = getattr(request, "user", None)
+    name = user.get_username() if user is not None and user.is_authenticated else ""
+    return f"user {name}" if name else "an operator"
+
+
 class OwnedTasks:
     """The caller's tasks only (and ownerless ones for staff); a lookup of anything else is a 404."""
 
@@ -198,6 +208,25 @@ class TaskViewSet(OwnedTasks, viewsets.ReadOnlyModelViewSet):
             data.update(running_summary(task))
         return Response(data, headers=headers)
 
+    @extend_schema(
+        request=None,
+        responses={
+            200: OpenApiResponse(
+                TaskSerializer,
+                description="The task's summary, status cancelled: its waiting jobs were removed, its running ones are being "
+                "stopped (within a second). Idempotent: cancelling a cancelled task answers the same.",
+            ),
+            404: OpenApiResponse(description="No such task, or not the caller's"),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        """Cancel the task: no job joins it any more, each job not settled yet is cancelled
+        (removed while it waits, stopped while it runs); the summary says ``cancelled``."""
+        task = self.get_object()
+        launching.cancel(task, by=_who(request))
+        return Response(self.get_serializer(self.get_object()).data)
+
     @extend_schema(parameters=[STATUS_PARAMETER], responses=EventSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=EventPagination)
     def events(self, request: Request, pk: str | None = None) -> Response:
@@ -248,6 +277,7 @@ def task_page(request: HttpRequest, task_id: str) -> HttpResponse:
         "task_id": task_id,
         "summary_url": reverse("tracking:task-detail", kwargs={"pk": task_id}),
         "events_url": reverse("tracking:task-events", kwargs={"pk": task_id}),
+        "cancel_url": reverse("tracking:task-cancel", kwargs={"pk": task_id}),
         "poll_interval_milliseconds": tracking_settings.PAGE_POLL_INTERVAL_MILLISECONDS,
     }
     return render(request, "tracking/task_progress.html", context)

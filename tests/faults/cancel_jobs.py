@@ -19,6 +19,7 @@ import time
 
 from jobsapp import Job, limiter, sidekiq_options
 from tests.faults.jobs import ATTEMPTS, DONE, ledger_client
+from tracking import TrackedJob
 
 STARTED_AT = "ledger:started_at"
 STOPPED_AT = "ledger:stopped_at"
@@ -107,3 +108,10 @@ class ShortJob(Job):
         _started(ledger_id)
         _spin(milliseconds / 1000)
         ledger_client().hincrby(DONE, ledger_id, 1)
+
+
+class TrackedSpins(TrackedJob):
+    """A tracked job spinning ``seconds`` in Python code: the tracked task cancel's job."""
+
+    def perform(self, seconds):
+        _spin(seconds)

@@ -78,7 +78,7 @@ def test_duplicates_do_not_change_the_counts(redis_server, redis, ledger, start_
     )
     report.assert_clean()
     assert report.duplicates >= DELIVERED_TWICE
-    assert task.counts == {"enqueue": 0, "working": 0, "finish": JOBS, "failed": 0, "error": 0}
+    assert task.counts == {"enqueue": 0, "working": 0, "finish": JOBS, "failed": 0, "error": 0, "cancelled": 0}
     assert task.settled_count == JOBS and task.status == "finished"
     assert Event.objects.filter(task=task).count() == JOBS
     assert Event.objects.filter(task=task, status="finish").count() == JOBS

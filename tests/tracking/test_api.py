@@ -49,10 +49,10 @@ def test_summary_has_the_contract_shape(api, ann):
     response = api.get(f"/api/tasks/{task.pk}/")
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"id", "name", "status", "total", "counts", "progress", "created_at", "updated_at", "finished_at"}
+    assert set(body) == {"id", "name", "status", "total", "counts", "progress", "created_at", "updated_at", "finished_at", "cancelled_at"}
     assert body["id"] == task.pk and body["name"] == "sign up" and body["status"] == "running"
-    assert body["total"] == 4 and body["progress"] == 0.5 and body["finished_at"] is None
-    assert body["counts"] == {"enqueue": 1, "working": 1, "finish": 1, "failed": 1, "error": 0}
+    assert body["total"] == 4 and body["progress"] == 0.5 and body["finished_at"] is None and body["cancelled_at"] is None
+    assert body["counts"] == {"enqueue": 1, "working": 1, "finish": 1, "failed": 1, "error": 0, "cancelled": 0}
 
 
 def test_list_is_the_callers_tasks_newest_first_and_paginated(api, ann, bob, settings):
@@ -173,8 +173,10 @@ def test_openapi_schema_describes_the_endpoints(api):
     assert response.status_code == 200
     schema = response.json()
     paths = schema["paths"]
-    for path in ("/api/tasks/", "/api/tasks/{id}/", "/api/tasks/{id}/events/", "/api/events/{job_id}/"):
+    for path in ("/api/tasks/", "/api/tasks/{id}/", "/api/tasks/{id}/events/", "/api/events/{job_id}/", "/api/tasks/{id}/cancel/"):
         assert path in paths, sorted(paths)
+    assert set(paths["/api/tasks/{id}/cancel/"]) == {"post"}
+    assert "cancelled" in schema["components"]["schemas"]["Counts"]["properties"]
     task_schema = schema["components"]["schemas"]["Task"]["properties"]
     assert {"counts", "progress", "status"} <= set(task_schema)
 
@@ -346,3 +348,72 @@ def test_a_task_launched_in_the_background_shows_as_launching_until_its_events_a
     # And once the last chunk ran, the task is pending
     run_item(pop_item(redis))
     assert api.get(f"/api/tasks/{task.pk}/").json()["status"] == "pending"
+
+
+# --- POST /api/tasks/<id>/cancel/ ---------------------------------------------------------------
+
+
+@pytest.fixture
+def pushed(django_capture_on_commit_callbacks):
+    """``make_task`` with its jobs pushed (the test's transaction never commits)."""
+
+    def launch(owner, **kwargs) -> Task:
+        with django_capture_on_commit_callbacks(execute=True):
+            return make_task(owner, **kwargs)
+
+    return launch
+
+
+def test_cancel_answers_the_summary_cancelled_and_is_idempotent(api, ann, redis, pushed):
+    # Given a task of three waiting jobs
+    task = pushed(ann, size=3)
+    assert redis.llen("queue:default") == 3
+    # When its owner cancels it
+    response = api.post(f"/api/tasks/{task.pk}/cancel/")
+    # Then the answer is its summary: cancelled, every job settled cancelled, none left in Redis
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "cancelled" and body["cancelled_at"] is not None and body["finished_at"] is not None
+    assert body["counts"] == {"enqueue": 0, "working": 0, "finish": 0, "failed": 0, "error": 0, "cancelled": 3}
+    assert body["progress"] == 1.0
+    assert redis.llen("queue:default") == 0
+    # And a second cancel answers the same, changing nothing
+    again = api.post(f"/api/tasks/{task.pk}/cancel/")
+    assert again.status_code == 200 and again.json()["counts"] == body["counts"]
+    assert again.json()["cancelled_at"] == body["cancelled_at"]
+    # And GET says the same
+    assert api.get(f"/api/tasks/{task.pk}/").json()["status"] == "cancelled"
+
+
+def test_cancel_is_the_owners_only(ann, bob, redis, pushed):
+    task = pushed(ann, size=2)
+    other = APIClient()
+    other.force_authenticate(bob)
+    assert other.post(f"/api/tasks/{task.pk}/cancel/").status_code == 404
+    assert APIClient().post(f"/api/tasks/{task.pk}/cancel/").status_code in (401, 403)
+    assert other.post("/api/tasks/" + "x" * 300 + "/cancel/").status_code == 404
+    assert redis.llen("queue:default") == 2, "nothing was cancelled"
+    task.refresh_from_db()
+    assert task.cancelled_at is None
+
+
+def test_cancel_needs_the_csrf_token_with_a_session_but_not_with_a_token(ann, redis):
+    task = make_task(ann, size=1)
+    by_session = APIClient(enforce_csrf_checks=True)
+    assert by_session.login(username="ann", password="pw-ann-123")
+    assert by_session.post(f"/api/tasks/{task.pk}/cancel/").status_code == 403
+    page = by_session.get(f"/tasks/{task.pk}/")
+    token = page.cookies["csrftoken"].value
+    assert by_session.post(f"/api/tasks/{task.pk}/cancel/", HTTP_X_CSRFTOKEN=token).status_code == 200
+    second = make_task(ann, size=1)
+    by_token = APIClient(enforce_csrf_checks=True)
+    by_token.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=ann).key}")
+    assert by_token.post(f"/api/tasks/{second.pk}/cancel/").json()["status"] == "cancelled"
+
+
+def test_the_progress_page_has_a_cancel_button_posting_to_the_api(client, ann):
+    task = make_task(ann, size=1)
+    client.force_login(ann)
+    page = client.get(f"/tasks/{task.pk}/").content.decode()
+    assert f'data-cancel-url="/api/tasks/{task.pk}/cancel/"' in page
+    assert 'id="cancel-task"' in page and "csrfmiddlewaretoken" in page

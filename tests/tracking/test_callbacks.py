@@ -34,7 +34,7 @@ def test_complete_and_success_fire_once_with_the_task_id_and_counts(redis):
     # Then each callback was pushed once, with the task's id and counts
     pushed = callbacks(redis)
     assert [item["class"] for item in pushed] == [OnComplete.wire_name(), OnSuccess.wire_name()]
-    assert all(item["args"] == [task.pk, {"total": 3, "finish": 3, "failed": 0, "error": 0}] for item in pushed)
+    assert all(item["args"] == [task.pk, {"total": 3, "finish": 3, "failed": 0, "error": 0, "cancelled": 0}] for item in pushed)
     task.refresh_from_db()
     assert task.status == "finished" and task.complete_fired and task.success_fired
 
@@ -49,7 +49,7 @@ def test_a_failed_job_fires_complete_but_not_success(redis):
     # Then only the complete callback fired, counting the failure
     (pushed,) = callbacks(redis)
     assert pushed["class"] == OnComplete.wire_name()
-    assert pushed["args"] == [task.pk, {"total": 2, "finish": 1, "failed": 1, "error": 0}]
+    assert pushed["args"] == [task.pk, {"total": 2, "finish": 1, "failed": 1, "error": 0, "cancelled": 0}]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -68,13 +68,13 @@ def test_jobs_added_to_a_running_task_are_waited_for(redis):
     for item in items:
         run_item(item)
     (pushed,) = callbacks(redis)
-    assert pushed["args"] == [task.pk, {"total": 3, "finish": 3, "failed": 0, "error": 0}]
+    assert pushed["args"] == [task.pk, {"total": 3, "finish": 3, "failed": 0, "error": 0, "cancelled": 0}]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_an_empty_task_completes_at_once_and_bad_callbacks_are_refused(redis):
     task = Task.objects.launch(Succeeds, [], on_complete=OnComplete)
-    assert [item["args"] for item in callbacks(redis)] == [[task.pk, {"total": 0, "finish": 0, "failed": 0, "error": 0}]]
+    assert [item["args"] for item in callbacks(redis)] == [[task.pk, {"total": 0, "finish": 0, "failed": 0, "error": 0, "cancelled": 0}]]
     with pytest.raises(TypeError, match="on_success must be a Job class"):
         Task.objects.launch(Succeeds, [[1]], on_success=print)
     assert Task.objects.count() == 1

@@ -26,7 +26,7 @@ def queued_items(redis, queue: str = "default") -> list[dict]:
 
 def statuses_of(task: Task) -> dict[str, int]:
     seen = Counter(Event.objects.filter(task=task).values_list("status", flat=True))
-    return {status: seen.get(status, 0) for status in ("enqueue", "working", "finish", "failed", "error")}
+    return {status: seen.get(status, 0) for status in ("enqueue", "working", "finish", "failed", "error", "cancelled")}
 
 
 def in_threads(items: list[dict], run: Callable[[dict], object], threads: int = 10) -> list[BaseException]:
@@ -78,7 +78,7 @@ def test_ten_threads_running_every_job_twice_keep_exact_counts(redis, runner, se
     # Then each job counts once, the counts equal the events' statuses, and the task finished once
     assert errors == []
     task.refresh_from_db()
-    assert task.counts == statuses_of(task) == {"enqueue": 0, "working": 0, "finish": 150, "failed": 0, "error": 0}
+    assert task.counts == statuses_of(task) == {"enqueue": 0, "working": 0, "finish": 150, "failed": 0, "error": 0, "cancelled": 0}
     assert task.settled_count == 150 and task.status == "finished" and task.finished_at is not None
     assert all(attempts >= 2 for attempts in Event.objects.filter(job_id__in=retried).values_list("attempts", flat=True))
     shards = set(TaskCounter.objects.filter(task=task).values_list("shard", flat=True))
@@ -214,7 +214,7 @@ def test_a_committed_batch_applies_each_transition_once_and_keeps_messages(redis
     row = Event.objects.get(job_id=first)
     assert row.status == "finish" and [entry["message"] for entry in row.messages] == ["row 1", "done"]
     task.refresh_from_db()
-    assert task.counts == statuses_of(task) == {"enqueue": 0, "working": 0, "finish": 2, "failed": 0, "error": 0}
+    assert task.counts == statuses_of(task) == {"enqueue": 0, "working": 0, "finish": 2, "failed": 0, "error": 0, "cancelled": 0}
     assert task.settled_count == 2 and task.started_at is not None and task.finished_at is None
     # And the same batch again changes nothing; through apply, the task is finished
     assert launching.apply(batch, shard=3) == [False] * 5

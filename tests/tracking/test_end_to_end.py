@@ -78,7 +78,7 @@ def test_promotion_signup_lists_which_products_failed_and_why(worker, owner):
     # Then the summary counts 8 signed up and 4 failed, none left
     body = summary(owner, task)
     assert body["status"] == "finished" and body["progress"] == 1.0
-    assert body["counts"] == {"enqueue": 0, "working": 0, "finish": 8, "failed": 4, "error": 0}
+    assert body["counts"] == {"enqueue": 0, "working": 0, "finish": 8, "failed": 4, "error": 0, "cancelled": 0}
     assert set(PromotionEntry.objects.values_list("sku", flat=True)) == set(flaky + fine)
     # And the failed events say which product and why
     failed = {row.params["args"][0]: row.messages[-1]["message"] for row in Event.objects.filter(task=task, status="failed")}

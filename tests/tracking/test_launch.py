@@ -100,6 +100,7 @@ def test_a_follow_up_job_runs_once_every_other_job_settled(redis):
         "finish": 2,
         "failed": 0,
         "error": 1,
+        "cancelled": 0,
     }
     assert redis.llen("queue:default") == 0
 

@@ -60,7 +60,7 @@ def test_push_records_enqueue_with_a_task_of_its_own(pop):
     assert row.params == {"args": [6], "kwargs": {"scale": 7}}
     assert row.job_class == PlainTracked.wire_name() and row.queue == "reports"
     task = row.task
-    assert task.total == 1 and task.counts == {"enqueue": 1, "working": 0, "finish": 0, "failed": 0, "error": 0}
+    assert task.total == 1 and task.counts == {"enqueue": 1, "working": 0, "finish": 0, "failed": 0, "error": 0, "cancelled": 0}
     assert task.status == "pending"
     assert pop("reports")["task_id"] == task.pk
 
@@ -134,7 +134,7 @@ def test_crash_then_retry_goes_back_to_enqueue_and_can_finish_later(pop, run_job
         "status": "enqueue",
         "message": "waiting for retry (1 of 25)",
     }
-    assert counts(row.task_id) == {"enqueue": 1, "working": 0, "finish": 0, "failed": 0, "error": 0}
+    assert counts(row.task_id) == {"enqueue": 1, "working": 0, "finish": 0, "failed": 0, "error": 0, "cancelled": 0}
     # When the retry runs (same jid) and succeeds this time
     item_again = {**item, "class": Succeeds.wire_name(), "args": ["ok"]}
     run_job(item_again)
@@ -191,7 +191,7 @@ def test_a_duplicate_running_concurrently_is_not_counted_twice(pop, run_job):
     # Then the task counts one finished job and nothing working
     row = event(jid)
     assert row.status == "finish" and row.attempts == 2
-    assert counts(row.task_id) == {"enqueue": 0, "working": 0, "finish": 1, "failed": 0, "error": 0}
+    assert counts(row.task_id) == {"enqueue": 0, "working": 0, "finish": 1, "failed": 0, "error": 0, "cancelled": 0}
 
 
 def test_requeue_at_shutdown_goes_back_to_enqueue(pop):

@@ -28,6 +28,7 @@ RUN = [
     transitions.CRASHED,
     transitions.RETRY_SCHEDULED,
     transitions.DEAD,
+    transitions.CANCEL,
 ]
 
 
@@ -66,7 +67,7 @@ def test_a_batch_applies_what_the_reading_path_would_and_counts_it(redis):
     assert written.results == [True, True, False, True, False, False] and written.leftover == []
     assert written.complete == []  # the crashed job is not settled yet
     task.refresh_from_db()
-    assert task.counts == {"enqueue": 0, "working": 0, "finish": 2, "failed": 0, "error": 1} and task.settled_count == 2
+    assert task.counts == {"enqueue": 0, "working": 0, "finish": 2, "failed": 0, "error": 1, "cancelled": 0} and task.settled_count == 2
     assert task.started_at is not None
     first = Event.objects.get(job_id=waiting)
     assert (first.status, first.is_final, first.attempts, first.revision) == ("finish", True, 1, 2)
@@ -132,7 +133,7 @@ def test_random_batches_end_as_on_the_reading_path(redis):
 
 def recorder_counts(task: Task) -> dict[str, int]:
     statuses = list(Event.objects.filter(task=task).values_list("status", flat=True))
-    return {status: statuses.count(status) for status in ("enqueue", "working", "finish", "failed", "error")}
+    return {status: statuses.count(status) for status in ("enqueue", "working", "finish", "failed", "error", "cancelled")}
 
 
 def test_a_missing_event_is_left_to_the_slower_path(redis):

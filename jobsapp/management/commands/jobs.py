@@ -4,7 +4,9 @@ Subcommands: ``stats``, ``queues``, ``processes``, ``busy``, ``retry`` / ``dead`
 ``clear``), ``schedule``, ``results [JID]``, ``periodic`` (``list``, ``enable`` / ``disable`` /
 ``run NAME``), ``limits``, ``unique``, ``batch BID``, ``batches``, ``outbox`` (the transactional outbox:
 entries waiting, the oldest one's age, the parked ones with their reasons), ``pause`` / ``resume QUEUE``,
-``quiet`` / ``stop IDENTITY``, ``cancel JID...`` (stop running jobs, remove waiting ones: ``api.cancel_many``). Output is
+``quiet`` / ``stop IDENTITY``, ``cancel JID...`` (stop running jobs, remove waiting ones: ``api.cancel_many``), and the
+subcommands other installed apps add (an app config's ``jobs_subcommands()``: tracking's
+``task-cancel ID``). Output is
 an aligned table, or JSON with ``--json`` (one document per call, for scripts). Arguments are
 shown redacted and truncated, as in the dashboard. ``clear`` asks for ``--yes``: it deletes jobs.
 Redis down is a CommandError naming the server, exit status 1. ``--shard NAME`` (before the
@@ -18,9 +20,11 @@ import datetime as dt
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
+from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from jobsapp import api, shards
@@ -49,6 +53,25 @@ READ_ONLY: dict[str, frozenset[str] | None] = {
 
 #: The options that take a value as the next word (``--limit 5``), before or after the subcommand.
 VALUE_OPTIONS = frozenset({"--shard", "--settings", "--pythonpath", "--class", "--grep", "--limit", "--from", "--status"})
+
+
+#: What an installed app's ``jobs_subcommands()`` returns, one per subcommand: its name, its help
+#: line, a function adding its arguments to its parser, and its handler, which takes the parsed
+#: options and returns (a JSON document, a text) or raises CommandError.
+Subcommand = tuple[str, str, Callable[[CommandParser], None], Callable[[dict[str, Any]], tuple[Any, str]]]
+
+
+def installed_subcommands() -> list[Subcommand]:
+    """The subcommands installed apps add (an app config's ``jobs_subcommands()``), once the app
+    registry is ready (``python -m jobsapp``'s reads run without it, and need none of them)."""
+    if not apps.ready:
+        return []
+    found: list[Subcommand] = []
+    for config in apps.get_app_configs():
+        provider = getattr(config, "jobs_subcommands", None)
+        if callable(provider):
+            found.extend(provider())
+    return found
 
 
 def runs_on_settings_alone(arguments: Sequence[str]) -> bool:
@@ -163,6 +186,10 @@ class Command(BaseCommand):
             add(name, help=f"signal a process ({what})").add_argument("identity")
         cancel_parser = add("cancel", help="cancel jobs by jid: a running one stops within a second, a waiting one is removed")
         cancel_parser.add_argument("jids", nargs="+", metavar="JID")
+        self.extensions: dict[str, Callable[[dict[str, Any]], tuple[Any, str]]] = {}
+        for name, text, add_arguments, handle in installed_subcommands():
+            add_arguments(add(name, help=text))
+            self.extensions[name] = handle
 
     @staticmethod
     def _filters(parser: CommandParser) -> None:
@@ -179,12 +206,18 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.as_json = bool(options["json"])
-        handler = getattr(self, "do_" + options["subcommand"])
+        extension = getattr(self, "extensions", {}).get(options["subcommand"])
+        handler = getattr(self, "do_" + options["subcommand"]) if extension is None else partial(self._extension, extension)
         try:
             with shards.using(options.get("shard") or shards.current()):
                 handler(options)
         except (RedisUnavailable, UnknownShard) as error:  # nothing was changed
             raise CommandError(str(error)) from error
+
+    def _extension(self, handle: Callable[[dict[str, Any]], tuple[Any, str]], options: dict[str, Any]) -> None:
+        """An installed app's subcommand: its handler returns (JSON document, text)."""
+        document, text = handle(options)
+        self.stdout.write(json.dumps(document, indent=2, default=str) if self.as_json else text)
 
     def emit(self, document: Any, headers: Sequence[str], rows: Sequence[Sequence[Any]], *, numeric: Sequence[str] = ()) -> None:
         if self.as_json:

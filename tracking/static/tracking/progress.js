@@ -1,11 +1,14 @@
 // The progress page: polls the task summary (with If-None-Match, so an unchanged task costs a
 // 304), fetches the failed and errored events when their number changes, and stops polling once
-// the task is finished. Plain JS, no build step; data is only ever inserted as text.
+// the task is finished (or cancelled and its last job stopped). The Cancel button POSTs to the
+// task's cancel endpoint with the page's CSRF token. Plain JS, no build step; data is only ever
+// inserted as text.
 (function () {
   "use strict";
   var root = document.getElementById("task-progress");
   var summaryUrl = root.dataset.summaryUrl + "?running=1";  // one poll: counts and running jobs
   var eventsUrl = root.dataset.eventsUrl;
+  var cancelUrl = root.dataset.cancelUrl;
   var intervalMs = Number(root.dataset.pollInterval) || 1000;
   var maxProblemPages = 5;
   var etag = null;
@@ -46,7 +49,7 @@
     var settledJobs = Math.min(doneJobs, task.counts.finish + task.counts.failed + task.counts.error);
     var partialJobs = Math.max(0, doneJobs - settledJobs);
     var percent = Math.round(task.progress * 1000) / 10;
-    var settled = task.counts.finish + task.counts.failed + (task.status === "finished" ? task.counts.error : 0);
+    var settled = task.counts.finish + task.counts.failed + task.counts.cancelled + (task.finished_at ? task.counts.error : 0);
     setText("task-name", task.name);
     var badge = byId("task-status");
     badge.textContent = task.status;
@@ -63,7 +66,8 @@
     renderRunning(task.running);
     setText("progress-text", percent + "% — " + Math.round(settledJobs) + " of " + task.total + " jobs settled" +
       (task.running && task.running.length ? ", " + task.running.length + " running" : ""));
-    ["enqueue", "working", "finish", "failed", "error"].forEach(function (status) {
+    byId("cancel-task").hidden = !!task.finished_at || task.status === "cancelled";
+    ["enqueue", "working", "finish", "failed", "error", "cancelled"].forEach(function (status) {
       setText("count-" + status, String(task.counts[status]));
     });
     root.dataset.state = task.status;
@@ -146,8 +150,8 @@
           var next = key !== problemsKey ? loadProblems().then(function () { problemsKey = key; }) : Promise.resolve();
           return next.then(function () {
             etag = newEtag;  // only once everything this version shows is on the page
-            if (task.status === "finished") {
-              root.dataset.state = "finished";
+            if (task.status === "finished" || (task.status === "cancelled" && task.finished_at)) {
+              root.dataset.state = task.status;
               root.dataset.polling = "stopped";
               return null;
             }
@@ -161,6 +165,25 @@
       });
   }
 
+  function cancelTask() {
+    if (!window.confirm("Cancel this task? Its waiting jobs are removed and its running ones stopped.")) { return; }
+    var token = document.querySelector("input[name=csrfmiddlewaretoken]");
+    byId("cancel-task").disabled = true;
+    fetch(cancelUrl, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { Accept: "application/json", "X-CSRFToken": token ? token.value : "" },
+    })
+      .then(function (response) {
+        if (!response.ok) { throw new Error("HTTP " + response.status); }
+        return response.json();
+      })
+      .then(function (task) { showError(""); renderSummary(task); })
+      .catch(function (error) { showError("Could not cancel: " + error.message + "."); })
+      .then(function () { byId("cancel-task").disabled = false; });
+  }
+
+  byId("cancel-task").addEventListener("click", cancelTask);
   root.dataset.polling = "running";
   poll();
 })();
