@@ -257,38 +257,59 @@ def relay_due(
             continue
         if not keep_going():
             break
-        if _push_left(entry_id, using=using):
-            pushed += 1
-        else:
-            parked += 1
+        fate = _push_left(entry_id, using=using)
+        pushed += fate == PUSHED
+        parked += fate == PARKED
     return RelayRound(cleaned=len(marked), pushed=pushed, parked=parked, full=len(rows) >= limit)
 
 
-def _push_left(entry_id: int, *, using: str) -> bool:
-    """Push one entry its own process did not, and delete it; False when it was parked instead."""
+PUSHED, PARKED, LEFT = "pushed", "parked", "left"
+#: The tries of an entry whose push drops the connection while Redis answers (a payload Redis
+#: cuts off mid-write), before it is parked: it must not hold up the entries behind it for ever.
+ENTRY_TRIES = 3
+
+
+def _push_left(entry_id: int, *, using: str) -> str:
+    """Push one entry its own process did not, and delete it: PUSHED; PARKED when it cannot be
+    pushed; LEFT for a later round. RedisUnavailable propagates when Redis does not answer."""
     row = _entries(using).filter(pk=entry_id, parked_at__isnull=True).values_list("kind", "arguments", "attempts").first()
     if row is None:  # deleted or parked meanwhile (an operator)
-        return True
+        return LEFT
     kind, text, attempts = row
     _entries(using).filter(pk=entry_id).update(attempts=attempts + 1)
     handler = KINDS.get(kind)
     if handler is None:
         park(_entries(using).filter(pk=entry_id), f"unknown outbox kind {kind!r} (not registered in this process)")
-        return False
+        return PARKED
     try:
         handler(json.loads(text))
-    except RedisUnavailable:  # the outage: this entry and the rest wait for the next round
-        raise
+    except RedisUnavailable as exc:
+        if not _redis_answers():  # the outage: this entry and the rest wait for the next round
+            raise
+        if attempts + 1 < ENTRY_TRIES:  # Redis answers others: this entry's own trouble, tried again later
+            logger.warning("outbox entry %s: Redis dropped its push (try %d of %d): %s", entry_id, attempts + 1, ENTRY_TRIES, exc)
+            return LEFT
+        park(_entries(using).filter(pk=entry_id), f"{type(exc).__name__} on each of {ENTRY_TRIES} tries while Redis answered: {exc}")
+        logger.error("outbox entry %s could not be pushed in %d tries and is parked: %s", entry_id, ENTRY_TRIES, exc)
+        return PARKED
     except ReplicationTimeout as exc:  # enqueued on the master
         logger.warning("outbox entry %s: %s", entry_id, exc)
     except Exception as exc:  # noqa: BLE001  # a push that cannot succeed: parked with the reason
         park(_entries(using).filter(pk=entry_id), f"{type(exc).__name__}: {exc}")
         logger.error("outbox entry %s could not be pushed and is parked: %s", entry_id, exc)
-        return False
+        return PARKED
     if faults.POINT:
         faults.reach("outbox_relay_pushed")
     _entries(using).filter(pk=entry_id).delete()
-    return True
+    return PUSHED
+
+
+def _redis_answers() -> bool:
+    """Whether Redis answers a PING now (after a failed push: an outage, or that push's own trouble)."""
+    try:
+        return bool(get_redis(shards.DEFAULT).ping())
+    except REDIS_ERRORS:  # down: the outage the caller reports
+        return False
 
 
 @dataclass(frozen=True)

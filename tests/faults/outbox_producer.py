@@ -1,10 +1,11 @@
 """A web process's work for the outbox scenarios, as a process of its own that can be killed:
 
-    python -m tests.faults.outbox_producer <prefix> <count> [commit|rollback] [pause_seconds]
+    python -m tests.faults.outbox_producer <prefix> <count> [commit|rollback|big] [pause_seconds]
 
 Each of ``count`` transactions writes a business row (a ``User`` named ``<prefix>-<i>``: the order
 a request saves) and pushes ``LedgerJob("<prefix>-<i>")`` inside it, as a view does; ``rollback``
-raises at the end of each block instead. It prints one line per transaction: ``committed <i>``
+raises at the end of each block instead; ``big`` gives every odd job a 2 MB payload (an extra
+option, which rides in the payload untouched). It prints one line per transaction: ``committed <i>``
 once the block returned normally, ``rolled back <i>``, or ``raised <i> <error>`` when the block
 raised out (what a request would answer as an error). Settings come from the environment
 (``DJANGO_SETTINGS_MODULE``, ``DATABASE_URL``, ``REDIS_URL``, ``JOBSAPP_TEST_OVERRIDES``).
@@ -34,7 +35,10 @@ def main(prefix: str, count: int, mode: str, pause_seconds: float) -> None:
         try:
             with transaction.atomic():
                 User.objects.create(username=name)
-                LedgerJob.perform_async(name)
+                if mode == "big" and index % 2:
+                    LedgerJob.set(padding="x" * 2_000_000).perform_async(name)
+                else:
+                    LedgerJob.perform_async(name)
                 if mode == "rollback":
                     raise Rollback(name)
         except Rollback:

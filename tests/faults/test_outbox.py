@@ -96,7 +96,7 @@ def outbox_depth() -> int:
 def workers(
     start_worker: Callable[..., WorkerProcess], engine: RedisServer, *, relay: bool, queue: str = "default", **extra: Any
 ) -> WorkerProcess:
-    overrides = {**FAST_LIVENESS, **(OUTBOX if relay else {"OUTBOX": False})}
+    overrides = {**FAST_LIVENESS, **(OUTBOX if relay else {"OUTBOX": False}), **extra.pop("overrides", {})}
     env = {"DATABASE_URL": worker_database_url(), **extra.pop("env", {})}
     return start_worker(["-q", queue, "-c", "5", "-t", "2"], overrides=overrides, env=env, redis_url=engine.url)
 
@@ -173,6 +173,48 @@ def test_a_producer_killed_right_after_commit_loses_nothing(engine, ledger, prod
     # And no job ran whose row did not commit
     ran = {key.decode() for key in ledger.hkeys(ATTEMPTS)}
     assert ran <= set(ids)
+
+
+def test_a_payload_redis_refuses_is_parked_with_its_reason_and_never_retried(ledger, ledger_server, start_worker, measure):
+    from django.db import connection
+
+    from jobsapp.models import OutboxEntry
+
+    # Given a Redis that refuses any value over 1 MB, and producers allowed 4 MB payloads
+    server = RedisServer(extra_args=["--proto-max-bulk-len", "1mb"]).start()
+    try:
+        worker = workers(start_worker, server, relay=True, overrides={"MAX_PAYLOAD_BYTES": 4 * 1024 * 1024})
+        big = {"JOBSAPP_TEST_OVERRIDES": json.dumps({"OUTBOX": True, "MAX_PAYLOAD_BYTES": 4 * 1024 * 1024})}
+        producer = subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.outbox_producer", "big", "10", "big"],
+            cwd=ROOT_DIR, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.faults.settings", "DATABASE_URL": worker_database_url(),
+                 "REDIS_URL": server.url, "LEDGER_REDIS_URL": ledger_server.url, **big},
+        )  # fmt: skip
+        # When 10 transactions commit, every other one with a 2 MB job
+        code, output = finish(producer)
+        assert code == 0 and output.count("committed ") == 10 and "raised" not in output, output
+        small = [f"big-{index}" for index in range(0, 10, 2)]
+        wait_until(lambda: not check(server.client(), ledger, small).never_ran, timeout_seconds=30, message="the small jobs ran")
+        wait_until(lambda: outbox_depth() == 5, timeout_seconds=30, interval_seconds=0.1, message="the pushed entries deleted")
+        waiting = OutboxEntry.objects.filter(parked_at__isnull=True)
+        wait_until(lambda: not waiting.exists(), timeout_seconds=30, interval_seconds=0.2, message="every big entry parked")
+        tries = sorted(OutboxEntry.objects.values_list("attempts", flat=True))
+        time.sleep(float(OUTBOX["OUTBOX_GRACE_SECONDS"]) + 2.0)  # more rounds of the relay
+        worker.stop()
+        parked = list(OutboxEntry.objects.order_by("jid").values_list("parked_at", "attempts", "reason"))
+        measure(f"outbox: payloads Redis refuses ({connection.vendor})", transactions=10, parked=len(parked), relay_tries=tries)
+        # Then the small jobs ran, and the big ones are parked with Redis's reason: at commit, or by
+        # the relay (when Redis cut the connection instead of answering, after at most 3 tries)
+        assert len(parked) == 5, parked
+        assert all(attempts <= 3 for _, attempts, _ in parked), parked
+        assert all("invalid bulk length" in reason or "tries while Redis answered" in reason for _, _, reason in parked), parked
+        # And no parked entry is tried again, however many rounds pass
+        assert sorted(attempts for _, attempts, _ in parked) == tries
+        ran = {key.decode() for key in ledger.hkeys(ATTEMPTS)}
+        assert ran == set(small)
+    finally:
+        server.stop()
 
 
 def fill_outbox(produce, prefix: str, count: int) -> list[str]:
