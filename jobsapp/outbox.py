@@ -336,6 +336,18 @@ def state(using: str = DEFAULT_DB_ALIAS) -> OutboxState | None:
     return OutboxState(depth=waiting.count(), oldest_created_at=oldest, parked=entries.filter(parked_at__isnull=False).count())
 
 
+def unpark(entry_id: int, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Give a parked entry back to the relay (its reason fixed: a middleware, a size limit), as a
+    fresh one; whether there was such a parked entry."""
+    return bool(_entries(using).filter(pk=entry_id, parked_at__isnull=False).update(parked_at=None, reason="", attempts=0))
+
+
+def discard(entry_id: int, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Delete a parked entry: its job will never be pushed; whether there was such an entry."""
+    deleted, _ = _entries(using).filter(pk=entry_id, parked_at__isnull=False).delete()
+    return bool(deleted)
+
+
 @dataclass(frozen=True)
 class ParkedEntry:
     entry_id: int

@@ -8,6 +8,8 @@ not answer is None as well (the dashboard shows the rest of its page).
     from jobsapp import api
     api.Outbox.state()          # OutboxState(depth, oldest_created_at, parked) or None
     api.Outbox.parked()         # [ParkedEntry(entry_id, kind, jid, parked_at, reason), ...]
+    api.Outbox.retry(entry_id)  # a parked entry back to the relay (once its cause is fixed)
+    api.Outbox.discard(entry_id)  # a parked entry deleted: its job is never pushed
 """
 
 from __future__ import annotations
@@ -38,6 +40,16 @@ class Outbox:
         except DatabaseError as exc:  # the database is down: the page shows the rest
             logger.warning("the outbox could not be read: %s", exc)
             return None
+
+    @staticmethod
+    def retry(entry_id: int) -> bool:
+        """Give a parked entry back to the relay, as a fresh one; whether it was parked."""
+        return outbox.unpark(entry_id)
+
+    @staticmethod
+    def discard(entry_id: int) -> bool:
+        """Delete a parked entry (its job is never pushed); whether it was parked."""
+        return outbox.discard(entry_id)
 
     @staticmethod
     def parked(limit: int = 50) -> list[ParkedEntry]:

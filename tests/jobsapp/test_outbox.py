@@ -329,3 +329,33 @@ def test_a_django_task_backend_asked_to_wait_for_the_commit_goes_through_the_out
         assert redis.llen("queue:default") == 0
         assert OutboxEntry.objects.count() == 1
     assert redis.llen("queue:default") == 1
+
+
+def test_an_operator_gives_a_parked_entry_back_to_the_relay_or_discards_it(redis, settings):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    # Given two parked entries (a client middleware refused them)
+    settings.JOBSAPP = {**settings.JOBSAPP, "CLIENT_MIDDLEWARE": [f"{__name__}.RefuseMarked"]}
+    middleware.reset_chains()
+    with transaction.atomic():
+        kept = Record.perform_async("refused")
+    with transaction.atomic():
+        Record.perform_async("refused")
+    first, second = OutboxEntry.objects.order_by("pk").values_list("pk", flat=True)
+    # When the cause is fixed and the operator retries the first, Then the relay pushes it
+    settings.JOBSAPP = {**settings.JOBSAPP, "CLIENT_MIDDLEWARE": []}
+    middleware.reset_chains()
+    call_command("jobs", "outbox", "retry", str(first), stdout=StringIO())
+    assert outbox.relay_due(grace_seconds=0).pushed == 1
+    assert [item["jid"] for item in queued(redis)] == [kept]
+    # And discarding the second needs --yes, then deletes it for good
+    with pytest.raises(CommandError, match="--yes"):
+        call_command("jobs", "outbox", "discard", str(second), stdout=StringIO())
+    call_command("jobs", "outbox", "discard", str(second), "--yes", stdout=StringIO())
+    assert OutboxEntry.objects.count() == 0
+    # And an id that is not a parked entry is a clear error
+    with pytest.raises(CommandError, match="no parked outbox entry"):
+        call_command("jobs", "outbox", "retry", str(second), stdout=StringIO())

@@ -176,7 +176,10 @@ class Command(BaseCommand):
         add("limits", help="rate and concurrency limiters: limit, in use, refusals")
         add("batch", help="a Redis-only batch (jobsapp.batch): counts, callbacks, failed and pending jids").add_argument("bid")
         add("batches", help="Redis-only batches, newest first").add_argument("--limit", type=int, default=50, help="at most this many rows")
-        add("outbox", help="the transactional outbox: entries waiting, the oldest one's age, parked entries and why")
+        outbox_parser = add("outbox", help="the transactional outbox: entries waiting, the oldest one's age, parked entries and why")
+        outbox_parser.add_argument("action", nargs="?", default="list", choices=["list", "retry", "discard"])
+        outbox_parser.add_argument("entry", nargs="?", type=int, help="the parked entry's id (for retry, discard)")
+        outbox_parser.add_argument("--yes", action="store_true", help="confirm discard")
         unique_parser = add("unique", help="live locks of unique jobs: list, or release DIGEST by hand")
         unique_parser.add_argument("action", nargs="?", default="list", choices=["list", "release"])
         unique_parser.add_argument("digest", nargs="?", help="the lock to release")
@@ -558,6 +561,9 @@ class Command(BaseCommand):
         self.emit(document, headers, rows, numeric=["total", "pending", "succeeded", "failed"])
 
     def do_outbox(self, options: dict[str, Any]) -> None:
+        if options["action"] != "list":
+            self._outbox_act(options["action"], options["entry"], confirmed=options["yes"])
+            return
         state = api.Outbox.state()
         if state is None:
             self.say({"outbox": None}, "The outbox is off (JOBSAPP['OUTBOX']), not migrated, or its database does not answer.")
@@ -581,6 +587,17 @@ class Command(BaseCommand):
         if parked:
             rows = [(entry.entry_id, entry.kind, entry.jid, _iso(entry.parked_at), entry.reason[:ARGS_MAX_CHARS]) for entry in parked]
             self.stdout.write(render_table(["id", "kind", "jid", "parked_at", "reason"], rows, numeric=["id"]))
+
+    def _outbox_act(self, action: str, entry_id: int | None, *, confirmed: bool) -> None:
+        if entry_id is None:
+            raise CommandError(f"outbox {action} needs a parked entry's id (see: manage.py jobs outbox)")
+        if action == "discard" and not confirmed:
+            raise CommandError("outbox discard deletes the entry: its job will never run; add --yes")
+        done = api.Outbox.retry(entry_id) if action == "retry" else api.Outbox.discard(entry_id)
+        if not done:
+            raise CommandError(f"no parked outbox entry {entry_id}")
+        what = "given back to the relay" if action == "retry" else "discarded"
+        self.say({action: entry_id}, f"Outbox entry {entry_id} {what}.")
 
     def do_unique(self, options: dict[str, Any]) -> None:
         if options["action"] == "release":
