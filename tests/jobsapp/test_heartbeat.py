@@ -163,3 +163,38 @@ def test_beats_that_fail_longer_than_the_ttl_are_no_reason_to_fence(redis):
         assert float(redis.hget(keys.process(process.identity), "beat")) == clock.time()
     finally:
         heartbeat.stop()
+
+
+class StallingRedis:
+    """The test Redis, whose next PING stalls ``seconds`` on the manual clock (a frozen Redis, or
+    this process stopped in the middle of a beat)."""
+
+    def __init__(self, clock: ManualClock, seconds: float) -> None:
+        self.clock = clock
+        self.seconds = seconds
+        self.client = get_redis()
+
+    def ping(self) -> bool:
+        self.clock.advance(self.seconds)
+        self.seconds = 0.0
+        return self.client.ping()
+
+    def __getattr__(self, name: str):
+        return getattr(self.client, name)
+
+
+def test_a_beat_that_stalled_past_the_ttl_is_followed_by_another_at_once_and_is_no_gap(redis):
+    # Given a beating process
+    clock = ManualClock()
+    _process, heartbeat, reasons = fenced_heartbeat(clock)
+    try:
+        # When its next beat stalls longer than the TTL inside Redis
+        heartbeat.client = StallingRedis(clock, heartbeat.ttl_seconds + 5)
+        before = len(clock.waits)
+        clock.advance(heartbeat.interval_seconds)
+        clock.settle(before + 2)
+        # Then it beats again at once (to see whether its list was taken meanwhile), and is not fenced
+        assert clock.waits[before : before + 2] == [0.0, heartbeat.interval_seconds]
+        assert reasons == []
+    finally:
+        heartbeat.stop()
