@@ -33,14 +33,23 @@ batch and changes nothing either (``batch_update.lua`` answers -1). For jobs tra
 events.
 
 A job's end reaches its batch through the door's table (``jobsapp.ending``'s ``batches`` row:
-``job_finished``), whoever ended it: a worker, the sweeper, an operator's delete or kill.
+``job_finished``), whoever ended it: a worker, the sweeper, an operator's delete or kill. In a
+worker's processor threads with reliable fetch (``route_successes``), a success is not sent from
+the job's thread: it is handed to the process's acker, which counts the successes of its batch
+in one ``batch_update.lua`` call per batch (``count_successes``), sent before the ack of those
+jobs. A job whose ack reached Redis was therefore counted; a process that dies first leaves the
+job in flight, and its re-run counts it (once, by jid). A failure is counted at once, as before:
+its filing (retry, dead) takes the job out of flight itself. The callbacks fire in the call that
+counts the last job, as before, a few milliseconds later (the acker's next round). The callback
+queues of a batch are read once per process (``_callback_queues``): they never change.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -203,9 +212,29 @@ def withdraw(client: redis.Redis, bid: str) -> None:
     _update(client, bid, "withdrawn", "")
 
 
-def _update(client: redis.Redis, bid: str, event: str, jid: str) -> scripts.BatchUpdate:
-    fields = client.hmget(keys.batch(bid), ["on_complete_queue", "on_success_queue"])
-    complete_queue, success_queue = (as_text(value) if value else "" for value in fields)
+#: bid -> (on_complete queue, on_success queue), read once per process (they never change).
+_queues_of: dict[str, tuple[str, str]] = {}
+#: The most batches whose callback queues a process remembers (then it forgets them all).
+QUEUES_REMEMBERED = 10_000
+
+
+def _callback_queues(client: redis.Redis, bid: str) -> tuple[str, str]:
+    """A batch's callback queues ('' when none), from its hash; remembered once the hash is seen
+    (a batch's hash is written before any of its jobs is pushed)."""
+    known = _queues_of.get(bid)
+    if known is not None:
+        return known
+    complete, success, created = client.hmget(keys.batch(bid), ["on_complete_queue", "on_success_queue", "created_at"])
+    queues = (as_text(complete) if complete else "", as_text(success) if success else "")
+    if created is not None:
+        if len(_queues_of) >= QUEUES_REMEMBERED:
+            _queues_of.clear()
+        _queues_of[bid] = queues
+    return queues
+
+
+def _update(client: redis.Redis, bid: str, event: str, jid: str, *, more_jids: Sequence[str] = ()) -> scripts.BatchUpdate:
+    complete_queue, success_queue = _callback_queues(client, bid)
     return scripts.batch_update(
         client,
         bid=bid,
@@ -217,15 +246,46 @@ def _update(client: redis.Redis, bid: str, event: str, jid: str) -> scripts.Batc
         success_jid=new_jid(),
         ttl_seconds=BATCH_TTL_SECONDS,
         linger_seconds=BATCH_LINGER_SECONDS,
+        more_jids=more_jids,
     )
 
 
+#: What a processor thread hands a success to instead of sending it: ``(client, bid, jid)``.
+SuccessSink = Callable[["redis.Redis", str, str], None]
+
+_routing = threading.local()
+
+
+def route_successes(sink: SuccessSink | None) -> None:
+    """In the calling thread from now on, ``job_finished`` hands a batch job's success to
+    ``sink`` (the worker's acker, which counts it before it acknowledges the job) instead of
+    counting it itself; None counts them in the thread again. A processor thread calls it once."""
+    _routing.sink = sink
+
+
+def count_successes(client: redis.Redis, successes: Sequence[tuple[str, str]]) -> None:
+    """Count ``(bid, jid)`` successes, one ``batch_update.lua`` call per batch, in their order.
+    Connection errors propagate: the caller (the acker) sends them again before any ack."""
+    by_batch: dict[str, list[str]] = {}
+    for bid, jid in successes:
+        by_batch.setdefault(bid, []).append(jid)
+    for bid, jids in by_batch.items():
+        _update(client, bid, "succeeded", jids[0], more_jids=jids[1:])
+
+
 def job_finished(client: redis.Redis, item: dict[str, Any], *, succeeded: bool) -> None:
-    """Count a batch job's run (the processor calls it). An update lost to a Redis outage is
-    logged; that batch then waits for ever (its callbacks never fire): the jobs are unaffected."""
+    """Count a batch job's run (the "job ended" door calls it). In a thread that routes its
+    successes (``route_successes``), a success goes to that sink. An update lost to a Redis
+    outage is logged; that batch then waits for ever (its callbacks never fire): the jobs are
+    unaffected."""
     bid = item.get(BATCH_KEY)
     if not isinstance(bid, str) or not bid:
         return
+    if succeeded:
+        sink = getattr(_routing, "sink", None)
+        if sink is not None:
+            sink(client, bid, str(item.get("jid", "")))
+            return
     try:
         _update(client, bid, "succeeded" if succeeded else "failed", str(item.get("jid", "")))
     except CONNECTION_ERRORS as exc:  # the job's own fate is decided elsewhere; the batch waits

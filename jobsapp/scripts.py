@@ -272,10 +272,12 @@ def batch_update(
     success_jid: str,
     ttl_seconds: int,
     linger_seconds: int,
+    more_jids: Sequence[str] = (),
 ) -> BatchUpdate:
-    """``batch_update.lua``: count ``event`` for batch ``bid`` and push its callbacks (to
-    ``complete_queue`` / ``success_queue``, '' when none) once; the keys live ``ttl_seconds``
-    after the update, ``linger_seconds`` once the batch is complete without failures."""
+    """``batch_update.lua``: count ``event`` for batch ``bid`` (of ``jid``, and of ``more_jids``
+    with the same outcome) and push its callbacks (to ``complete_queue`` / ``success_queue``, ''
+    when none) once; the keys live ``ttl_seconds`` after the update, ``linger_seconds`` once the
+    batch is complete without failures."""
     pending, fired = script("batch_update")(
         client,
         [
@@ -286,7 +288,7 @@ def batch_update(
             keys.queue(success_queue) if success_queue else keys.absent(),
             keys.batch_succeeded(bid),
         ],
-        [event, jid, bid, complete_jid, success_jid, ttl_seconds, linger_seconds],
+        [event, jid, bid, complete_jid, success_jid, ttl_seconds, linger_seconds, *more_jids],
     )
     return BatchUpdate(int(pending), frozenset(name for name in _text(fired).split(",") if name))
 

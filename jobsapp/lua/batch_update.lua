@@ -33,38 +33,52 @@
 -- ARGV[6] -> seconds the batch's keys live after this update, while it is incomplete or a job's
 --            last run failed
 -- ARGV[7] -> seconds the hash and the failed SET live once the batch is complete without failures
+-- ARGV[8..] -> more jids with the same outcome as ARGV[2] ("succeeded" or "failed"): a worker's
+--            acker counts the successes of one ack batch in one call; the callbacks are pushed
+--            once they are all counted (the succeeded SET is kept until then, so each jid is
+--            still counted once)
 -- returns -> {pending, fired: '' | 'complete' | 'success' | 'complete,success'}
--- cost    -> O(1), the succeeded SET unlinked once at completion (freed in the background)
+-- cost    -> O(jids), the succeeded SET unlinked once at completion (freed in the background)
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1, ''}
 end
 local event = ARGV[1]
 local completed = redis.call('HEXISTS', KEYS[1], 'completed_at') == 1
-if completed and (event == 'succeeded' or event == 'failed') then
-  -- every jid has been counted: only a retried failure's success changes anything
-  if event == 'succeeded' and redis.call('SREM', KEYS[2], ARGV[2]) == 1 then
-    redis.call('HINCRBY', KEYS[1], 'succeeded', 1)
-  end
-elseif event == 'close' then
-  -- the end of one jobs() block: its own pending unit goes
-  redis.call('HINCRBY', KEYS[1], 'pending', -1)
-elseif event == 'withdrawn' then
-  -- a job counted with its push that was refused (a unique job's lock): never pushed
-  redis.call('HINCRBY', KEYS[1], 'total', -1)
-  redis.call('HINCRBY', KEYS[1], 'pending', -1)
-elseif event == 'succeeded' then
-  if redis.call('SADD', KEYS[6], ARGV[2]) == 1 then
-    -- its first success: counted; it leaves failed, or it had not run yet
-    redis.call('HINCRBY', KEYS[1], 'succeeded', 1)
-    if redis.call('SREM', KEYS[2], ARGV[2]) == 0 then
+
+local function count(jid)
+  if completed and (event == 'succeeded' or event == 'failed') then
+    -- every jid has been counted: only a retried failure's success changes anything
+    if event == 'succeeded' and redis.call('SREM', KEYS[2], jid) == 1 then
+      redis.call('HINCRBY', KEYS[1], 'succeeded', 1)
+    end
+  elseif event == 'close' then
+    -- the end of one jobs() block: its own pending unit goes
+    redis.call('HINCRBY', KEYS[1], 'pending', -1)
+  elseif event == 'withdrawn' then
+    -- a job counted with its push that was refused (a unique job's lock): never pushed
+    redis.call('HINCRBY', KEYS[1], 'total', -1)
+    redis.call('HINCRBY', KEYS[1], 'pending', -1)
+  elseif event == 'succeeded' then
+    if redis.call('SADD', KEYS[6], jid) == 1 then
+      -- its first success: counted; it leaves failed, or it had not run yet
+      redis.call('HINCRBY', KEYS[1], 'succeeded', 1)
+      if redis.call('SREM', KEYS[2], jid) == 0 then
+        redis.call('HINCRBY', KEYS[1], 'pending', -1)
+      end
+    end
+  elseif redis.call('SISMEMBER', KEYS[6], jid) == 0 then
+    -- failed, and never succeeded: its first failure counts as its run
+    if redis.call('SADD', KEYS[2], jid) == 1 then
       redis.call('HINCRBY', KEYS[1], 'pending', -1)
     end
   end
-elseif redis.call('SISMEMBER', KEYS[6], ARGV[2]) == 0 then
-  -- failed, and never succeeded: its first failure counts as its run
-  if redis.call('SADD', KEYS[2], ARGV[2]) == 1 then
-    redis.call('HINCRBY', KEYS[1], 'pending', -1)
+end
+
+count(ARGV[2])
+if event == 'succeeded' or event == 'failed' then
+  for index = 8, #ARGV do
+    count(ARGV[index])
   end
 end
 -- a KEYS entry left out is '' (standalone) or the hash tag alone, '{...}:' (cluster mode)

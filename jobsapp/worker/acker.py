@@ -20,6 +20,13 @@ next batch. When Redis is away or refuses otherwise, the batch is resent as it w
 the jobs stay in the in-flight list meanwhile (safe: at worst they run again after a crash).
 At a hard stop during an outage the acker gives up: those finished jobs stay in flight and run
 again once the list is recovered (at-least-once, duplicates bounded by one batch).
+
+A batch job's success rides with its ack: with reliable fetch a processor thread hands it here
+(``defer_batch_success``, through ``jobsapp.batch.route_successes``) instead of counting it in
+its own thread, and each round first counts the successes recorded so far, one
+``batch_update.lua`` call per batch (``batch.count_successes``), then acknowledges. So a job is
+never acknowledged before its batch counted it; if that call fails, the round is resent as a
+whole (counting is idempotent per jid) and nothing is acknowledged meanwhile.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import time
 
 import redis
 
+from .. import batch
 from ..backoff import Backoff
 from ..processes import DurationCounter
 from .fetch import Fetch, UnitOfWork
@@ -71,6 +79,7 @@ class Acker:
         self._units: list[UnitOfWork] = []
         self._jids: list[str] = []
         self._sending: list[UnitOfWork] = []  # the batch on its way to Redis
+        self._successes: list[tuple[redis.Redis, str, str]] = []  # batch jobs' successes: (client, bid, jid)
         self._processed = 0
         self._failed = 0
         self._waiting = False  # the thread waits for work: the next record wakes it
@@ -114,19 +123,26 @@ class Acker:
                 self._waiting = False
                 self._ready.notify()
 
+    def defer_batch_success(self, client: redis.Redis, bid: str, jid: str) -> None:
+        """A processor thread's batch job succeeded: count it in the next round, before its ack
+        (the ``record`` that follows wakes the thread)."""
+        with self._lock:
+            self._successes.append((client, bid, jid))
+
     def held(self) -> list[UnitOfWork]:
         """Finished jobs not yet acknowledged: still this process's (see Manager._reconcile)."""
         with self._lock:
             return [*self._units, *self._sending]
 
-    def _next_batch(self) -> tuple[list[UnitOfWork], list[str], int, int] | None:
-        """The next batch to send, waiting for one; None once stopped with nothing left."""
+    def _next_batch(self) -> tuple[list[UnitOfWork], list[str], int, int, list[tuple[redis.Redis, str, str]]] | None:
+        """The next batch to send (its units, their jids, the counts, and every batch success
+        recorded so far), waiting for one; None once stopped with nothing left."""
         with self._lock:
-            while not (self._units or self._processed) and not self._stopping:
+            while not (self._units or self._processed or self._successes) and not self._stopping:
                 self._waiting = True
                 self._ready.wait(1.0)
             self._waiting = False
-            if not (self._units or self._processed):
+            if not (self._units or self._processed or self._successes):
                 return None
             if self._gather_seconds and not self._stopping:
                 # count-only: gather while jobs keep finishing (one call per COUNT_ONLY_GATHER_SECONDS
@@ -144,23 +160,27 @@ class Acker:
             del self._jids[:MAX_ACK_BATCH]
             processed, failed = self._processed, self._failed
             self._processed = self._failed = 0
+            successes, self._successes = self._successes, []
             self._sending = units  # still ours until acknowledged
-            return units, jids, processed, failed
+            return units, jids, processed, failed, successes
 
     def _run(self) -> None:
         backoff = Backoff("ack", logger=logger)
         counts_backoff = Backoff("ack counts", logger=logger, cap_seconds=COUNTS_REFUSED_CAP_SECONDS)
         # a batch whose reply was not seen (Redis may have applied it) is resent as it was, with
         # its token, so ack.lua can tell and the stats are not counted twice
-        unsent: tuple[list[UnitOfWork], list[str], int, int, str] | None = None
+        unsent: tuple[list[UnitOfWork], list[str], int, int, list[tuple[redis.Redis, str, str]], str] | None = None
         while True:
             if unsent is None:
                 batch = self._next_batch()
                 if batch is None:
                     return
                 unsent = (*batch, os.urandom(8).hex())
-            units, jids, processed, failed, token = unsent
+            units, jids, processed, failed, successes, token = unsent
             try:
+                if successes:  # counted before any ack: a job acknowledged has been counted
+                    _count_successes(successes)
+                    unsent = (units, jids, processed, failed, [], token)
                 acknowledged = self.fetch.acknowledge(
                     units, jids, processed=processed, failed=failed, today=dt.datetime.now(dt.UTC).date(), token=token
                 )
@@ -195,3 +215,12 @@ class Acker:
             counts_backoff.succeeded()
             self.processed_total += processed
             self.failed_total += failed
+
+
+def _count_successes(successes: list[tuple[redis.Redis, str, str]]) -> None:
+    """Count batch successes, grouped by the client each was handed with, in their order."""
+    by_client: dict[int, tuple[redis.Redis, list[tuple[str, str]]]] = {}
+    for client, bid, jid in successes:
+        by_client.setdefault(id(client), (client, []))[1].append((bid, jid))
+    for client, pairs in by_client.values():
+        batch.count_successes(client, pairs)

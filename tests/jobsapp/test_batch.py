@@ -241,3 +241,34 @@ def test_a_completed_batch_cannot_be_reopened(redis):
     status = batch.status()
     assert added == [] and status is not None and (status.total, status.pending) == (1, 0)
     assert len(callbacks(redis)) == 1 and 0 < redis.ttl(batch_keys(batch.bid)[0]) <= BATCH_LINGER_SECONDS
+
+
+@pytest.mark.django_db
+def test_a_routed_success_waits_for_its_sink_and_is_counted_once_with_the_others(redis):
+    from jobsapp import batch as batches
+
+    # Given a batch of three jobs, run by a thread that routes its successes (as a worker's
+    # processor threads hand them to the acker), one of them failing first
+    batch = Batch(on_complete=BatchComplete, on_success=BatchSuccess)
+    with batch.jobs():
+        BatchMember.perform_bulk([["a"], ["b"]])
+        BatchMember.perform_async("flaky", fail=True)
+    handed: list[tuple[str, str]] = []
+    batches.route_successes(lambda client, bid, jid: handed.append((bid, jid)))
+    try:
+        _, first = run_next(redis)
+        _, second = run_next(redis)
+        run_next(redis)  # fails: counted at once, its filing took it out of flight
+    finally:
+        batches.route_successes(None)
+    # Then the successes were not counted by the jobs' thread, the failure was
+    assert [jid for _, jid in handed] == [first["jid"], second["jid"]]
+    status = batch.status()
+    assert status is not None and (status.pending, status.succeeded, status.failed) == (2, 0, 1)
+    assert callbacks(redis) == []
+    # When the sink counts them, one of them reported twice (a re-run after a crash)
+    batches.count_successes(get_redis(), [*handed, handed[0]])
+    # Then each is counted once, in one call, and on_complete fired once: every job has run
+    status = batch.status()
+    assert status is not None and (status.pending, status.succeeded, status.failed, status.complete) == (0, 2, 1, True)
+    assert [name for name, _ in callbacks(redis)] == [BatchComplete.wire_name()]
