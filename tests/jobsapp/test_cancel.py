@@ -101,7 +101,7 @@ def test_a_running_job_is_interrupted_and_ends_cancelled_through_the_door(redis,
     jid, batch = _push(60)
     processor = Processor(RetryPolicy(get_redis(), INFLIGHT), watchdog=Watchdog())
     thread, outcome = _run_in_thread(processor, _fetch(redis))
-    wait_until(lambda: redis.llen(STARTED) == 1, message="the job started")
+    wait_until(lambda: get_redis().llen(STARTED) == 1, message="the job started")
     # When its cancel reaches the process
     assert processor.cancel(jid) is True
     thread.join(10)
@@ -133,7 +133,7 @@ def test_a_job_whose_cancel_came_before_it_started_does_not_run(redis, heard):
     result = processor.process(_fetch(redis))
     # Then perform was never called, and the job ended cancelled
     assert result is not None and result.failed
-    assert redis.llen(STARTED) == 0
+    assert get_redis().llen(STARTED) == 0
     assert [entry for entry in heard if entry[1] == jid] == [("on_dead", jid, "cancelled")]
 
 
@@ -277,3 +277,15 @@ def test_celery_revoke_with_terminate_cancels_a_job_a_worker_has_taken(redis):
         listener.stop()
     # And without terminate a running task is left alone, as in Celery
     assert revoke(jid) == 0
+
+
+def test_the_busy_page_shows_a_cancel_button_for_each_running_job(redis, staff):
+    from tests.jobsapp import sidekiq_data
+
+    # Given a live process running a job
+    populated = sidekiq_data.populate(redis)
+    # When staff open the Busy page
+    page = staff.get(reverse("jobsapp:busy")).content.decode()
+    # Then the running job has a Cancel form posting its jid to the cancel action
+    assert f'action="{reverse("jobsapp:cancel_action")}"' in page
+    assert f'name="jid" value="{populated["running"]}"' in page and ">Cancel<" in page
