@@ -37,10 +37,11 @@ line per ``write`` and ``flush`` in ten threads cost more again: each system cal
 and the threads queue behind the handler's lock. runworkers' own handler is therefore a
 ``BufferedStreamHandler``: its lines are formatted in the calling thread and written in batches by
 one thread (``jobsapp.log-flusher``), at most ``flush_interval_seconds`` (0.1 s) after they were
-made; a WARNING or worse is written at once, with every line before it, in order. Its buffer is
+made; any other line (a lifecycle line, a failure, a user's own) is written at once, after the
+per-job lines waiting before it, in order. Its buffer is
 written before a fork, at exit (``logging.shutdown``, which the ``-P`` children call too) and by
-``flush()``; a process killed outright loses at most the last 0.1 s of INFO lines, as with any
-buffered stream. A project's own ``LOGGING`` can name it (``"class":
+``flush()``; a process killed outright loses at most its last 0.1 s of per-job lines, as with
+any buffered stream. A project's own ``LOGGING`` can name it (``"class":
 "jobsapp.logs.BufferedStreamHandler"``, with ``TextFormatter`` or ``JsonFormatter``). When every
 handler a per-job record would reach is such a pair (filtered by ``JobContextFilter`` at most),
 ``JobLines`` writes the formatters' very line without making a record at all. The text formatter
@@ -182,10 +183,12 @@ _encode_json = json.JSONEncoder(default=str, separators=(",", ":")).encode
 
 
 class BufferedStreamHandler(logging.StreamHandler):
-    """A ``StreamHandler`` whose lines are written in batches (see the module's header): formatted
-    in the calling thread, written by ``jobsapp.log-flusher`` at most ``flush_interval_seconds``
-    later, or at once for a WARNING or worse (after every line before it) and when
-    ``max_pending_lines`` wait. ``flush()`` writes what waits; a line is never dropped, only late."""
+    """A ``StreamHandler`` that writes the per-job lines in batches (see the module's header):
+    formatted in the calling thread, written by ``jobsapp.log-flusher`` at most
+    ``flush_interval_seconds`` later, or when ``max_pending_lines`` wait. Every other line (a
+    lifecycle line, a failure, a user's own) is written at once, after the lines waiting before
+    it, as ``StreamHandler`` writes it. ``flush()`` writes what waits; a line is never dropped,
+    only late."""
 
     flush_interval_seconds = 0.1
     max_pending_lines = 1000
@@ -212,23 +215,26 @@ class BufferedStreamHandler(logging.StreamHandler):
         except Exception:  # noqa: BLE001  # logging's contract: a bad record is reported, never raised
             self.handleError(record)
             return
-        self.append_line(line, record.levelno)
+        job_line = isinstance(record.msg, str) and record.msg in JOB_LINE_MESSAGES and record.levelno <= logging.INFO
+        self.append_line(line, may_wait=job_line)
 
-    def append_line(self, line: str, levelno: int) -> None:
-        """Write a formatted line (without its terminator) at the next flush, or at once for a
-        WARNING or worse."""
+    def append_line(self, line: str, *, may_wait: bool) -> None:
+        """Write a formatted line (without its terminator): at the next flush when it may wait
+        (a per-job line), else at once with the lines waiting before it."""
         with self.lock:  # type: ignore[union-attr]  # made by Handler.__init__
             self._pending.append(line + self.terminator)
-            now = levelno >= logging.WARNING or len(self._pending) >= self.max_pending_lines
+            now = not may_wait or len(self._pending) >= self.max_pending_lines
             arm = not now and not self._armed
             if arm:
                 self._armed = True
         if now:
-            self.flush()
+            self._write_reporting()
         elif arm:
             _flusher.arm(self)
 
     def flush(self) -> None:
+        """Write the waiting lines. A closed or broken stream raises, as ``StreamHandler.flush``
+        does (``logging.shutdown`` ignores it); the lines are dropped, not kept to fail again."""
         with self._write_lock:
             with self.lock:  # type: ignore[union-attr]
                 pending, self._pending = self._pending, []
@@ -236,13 +242,18 @@ class BufferedStreamHandler(logging.StreamHandler):
             stream = self.stream
             if stream is None:
                 return
-            try:
-                if pending:
-                    stream.write("".join(pending))
-                if hasattr(stream, "flush"):
-                    stream.flush()
-            except (OSError, ValueError):  # a closed or broken stream: logging's own emit reports and goes on
-                self.handleError(logging.makeLogRecord({"msg": "%d buffered log lines not written", "args": (len(pending),)}))
+            if pending:
+                stream.write("".join(pending))
+            if hasattr(stream, "flush"):
+                stream.flush()
+
+    def _write_reporting(self) -> None:
+        """``flush()`` from a line's emit or the flusher: a broken stream is reported as logging
+        reports a line it could not write (``handleError``), never raised."""
+        try:
+            self.flush()
+        except (OSError, ValueError):  # a closed or broken stream: the lines are lost, logging says so
+            self.handleError(logging.makeLogRecord({"msg": "buffered log lines not written"}))
 
     def setStream(self, stream: TextIO) -> TextIO | None:
         self.flush()  # the waiting lines go where they were meant to
@@ -280,7 +291,7 @@ class _Flusher:
                 self._wake.clear()
                 due, self._due = self._due, []
             for handler in due:
-                handler.flush()
+                handler._write_reporting()
 
     def after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
@@ -294,7 +305,7 @@ _flusher = _Flusher()
 
 def _flush_before_fork() -> None:
     for handler in list(_buffered_handlers):
-        handler.flush()
+        handler._write_reporting()
 
 
 #: This process's id, without a system call per line (refreshed in a forked child).
@@ -391,11 +402,11 @@ class JobLines:
                 if json_text is None:
                     document = {"time": stamp, "pid": _process_id, "thread": thread, "level": "INFO", "logger": name, "message": message}
                     json_text = _encode_json({**document, **fields})
-                handler.append_line(json_text, logging.INFO)
+                handler.append_line(json_text, may_wait=True)
             else:
                 if text is None:
                     text = f"{stamp} pid={_process_id} tid={thread} INFO {name}: {message}"
-                handler.append_line(text, logging.INFO)
+                handler.append_line(text, may_wait=True)
 
     def _thread_fields(self) -> dict[str, Any]:
         ident = threading.get_ident()
@@ -425,6 +436,8 @@ class JobLines:
 
 
 _DIRECT_FORMATTERS = (TextFormatter, JsonFormatter)
+#: The messages of the per-job lines: a BufferedStreamHandler lets these wait for its flusher.
+JOB_LINE_MESSAGES = frozenset({JobLines.STARTED, JobLines.FINISHED})
 
 
 def _new_record() -> logging.LogRecord:
@@ -443,7 +456,7 @@ def _file_and_module(pathname: str) -> tuple[str, str]:
 
 
 #: The handler ``configure`` installed (so a second call replaces it instead of doubling lines).
-_installed: logging.Handler | None = None
+_installed: BufferedStreamHandler | None = None
 
 
 def configure(*, verbosity: int = 1, log_format: str = "text", stream: TextIO | None = None) -> logging.Handler | None:
@@ -456,7 +469,7 @@ def configure(*, verbosity: int = 1, log_format: str = "text", stream: TextIO | 
     logger = logging.getLogger(LOGGER_NAME)
     root = logging.getLogger()
     if _installed is not None:
-        _installed.flush()
+        _installed._write_reporting()  # its waiting lines, before it goes
         root.removeHandler(_installed)
         _installed = None
     if project_configured(logger):

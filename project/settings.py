@@ -125,13 +125,14 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
+# jobsapp's handler and formatter (docs/workers.md, "What the per-job lines cost"): a worker's two
+# lines per job are written in batches, every other line at once; a job's own lines name the job.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {
-        "plain": {"format": "%(asctime)s %(process)d %(threadName)s %(levelname)s %(name)s: %(message)s"},
-    },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"job": {"()": "jobsapp.logs.JobContextFilter"}},
+    "formatters": {"plain": {"()": "jobsapp.logs.TextFormatter"}},
+    "handlers": {"console": {"class": "jobsapp.logs.BufferedStreamHandler", "filters": ["job"], "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django": {"level": "WARNING"}},
 }

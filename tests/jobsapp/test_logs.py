@@ -234,7 +234,7 @@ def test_a_worker_at_verbosity_0_logs_a_failure_with_its_traceback(redis_server,
     assert "Traceback (most recent call last)" in output and " INFO " not in output
 
 
-def test_buffered_info_lines_are_written_within_the_interval_and_a_warning_at_once_after_them():
+def test_per_job_lines_wait_for_the_flusher_and_any_other_line_is_written_at_once_after_them():
     # Given a buffered handler on a logger of its own
     stream = io.StringIO()
     handler = logs.BufferedStreamHandler(stream)
@@ -243,17 +243,18 @@ def test_buffered_info_lines_are_written_within_the_interval_and_a_warning_at_on
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False
+    lines = logs.JobLines(logger)
     try:
-        # When an INFO line is logged, Then it waits, and the flusher writes it soon after
-        logger.info("first")
+        # When a job starts, Then its line waits, and the flusher writes it soon after
+        lines.started("app.jobs.X", "0123456789abcdef01234567", "default")
         assert stream.getvalue() == ""
-        wait_until(lambda: "first" in stream.getvalue(), timeout_seconds=5, message="the flusher wrote the line")
-        # When INFO lines are followed by a WARNING, Then all are written at once, in order
-        logger.info("second")
-        logger.info("third")
-        logger.warning("fourth")
-        messages = [line.rsplit(": ", 1)[1] for line in stream.getvalue().splitlines()]
-        assert messages == ["first", "second", "third", "fourth"]
+        wait_until(lambda: " start" in stream.getvalue(), timeout_seconds=5, message="the flusher wrote the line")
+        # When job lines are followed by another line, Then all are written at once, in order
+        lines.finished("app.jobs.X", "0123456789abcdef01234567", "default", 0.002)
+        lines.started("app.jobs.Y", "0123456789abcdef01234568", "default")
+        logger.info("stopping")
+        messages = [line.rsplit(" ", 1)[1] for line in stream.getvalue().splitlines()]
+        assert messages == ["start", "done", "start", "stopping"]
     finally:
         logger.removeHandler(handler)
         logger.propagate = True
@@ -270,11 +271,11 @@ def test_a_line_waiting_at_a_fork_is_written_once_and_the_child_writes_its_own(t
         logger.setLevel(logging.INFO)
         logger.propagate = False
         try:
-            logger.info("before the fork")
+            logs.JobLines(logger).started("app.jobs.X", "0123456789abcdef01234567", "before")
             # When the process forks and the child logs a line and leaves without flushing
             child = os.fork()
             if child == 0:  # pragma: no cover  # the child process
-                logger.info("in the child")
+                logs.JobLines(logger).started("app.jobs.X", "0123456789abcdef01234567", "child")
                 time.sleep(logs.BufferedStreamHandler.flush_interval_seconds * 5)
                 os._exit(0)
             os.waitpid(child, 0)
@@ -283,7 +284,7 @@ def test_a_line_waiting_at_a_fork_is_written_once_and_the_child_writes_its_own(t
             logger.removeHandler(handler)
             logger.propagate = True
     # Then the waiting line was written once, and the child's line by the child's own flusher
-    assert path.read_text().splitlines() == ["before the fork", "in the child"]
+    assert [line.split("queue=")[1] for line in path.read_text().splitlines()] == ["before start", "child start"]
 
 
 def _record_of(call, logger_name: str) -> logging.LogRecord:
