@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from django.apps import apps
 from django.conf import settings
 from django.db import models
 from django.db.models import Max, Sum
@@ -112,9 +113,7 @@ class TaskManager(models.Manager.from_queryset(TaskQuerySet)):  # type: ignore[m
     ) -> Task:
         """Create a task with one event per argument list and push one job each (see
         ``tracking.launching.launch``): the jobs reach Redis only after the rows are committed."""
-        from .launching import launch
-
-        return launch(
+        task: Task = self._launching().launch(
             job_class,
             args_list,
             owner=owner,
@@ -125,12 +124,18 @@ class TaskManager(models.Manager.from_queryset(TaskQuerySet)):  # type: ignore[m
             on_success=on_success,
             batch_size=batch_size,
         )
+        return task
 
     def add_jobs(self, task: Task | str, job_class: type[Job], args_list: list[list[Any]], *, batch_size: int = 1000) -> list[str]:
         """Add jobs to a task that is still running (see ``tracking.launching.add_jobs``)."""
-        from .launching import add_jobs
+        jids: list[str] = self._launching().add_jobs(task, job_class, args_list, batch_size=batch_size)
+        return jids
 
-        return add_jobs(task, job_class, args_list, batch_size=batch_size)
+    def _launching(self) -> Any:
+        """``tracking.launching``, as the app holds it once the registry is ready
+        (``TrackingConfig.ready``): the launcher writes these models, so they sit below it and
+        reach it through their app rather than by importing it."""
+        return cast(Any, apps.get_app_config(self.model._meta.app_label)).launching
 
 
 class Task(models.Model):
