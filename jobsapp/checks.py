@@ -26,6 +26,10 @@ only when that is not enough.
 | jobsapp.W050 | OUTBOX on, the outbox table missing (``migrate jobsapp``); a database check (``check --database default``) |
 | jobsapp.E040-E042, E044 | Sentinel, ENQUEUE_REPLICAS and SHARDS (``check_connection_settings``; E043 is unused) |
 | jobsapp.W045 | a class routed to a shard whose workers do not serve its queue (its jobs would sit unrun) |
+| jobsapp.E046 | REDIS_CLUSTER not a bool, or with REDIS_CACHE_ALIAS (django-redis has no cluster client), SENTINELS or ENQUEUE_REPLICAS |
+| jobsapp.W046 | REDIS_CLUSTER with Ruby-style job class names: Ruby Sidekiq cannot run on a cluster |
+| jobsapp.E047 | the server REDIS_URL names is a cluster node and REDIS_CLUSTER is off, or the reverse (tag ``jobsapp_redis``: asks Redis) |
+| jobsapp.E048 | a cluster master whose maxmemory-policy is not noeviction (tag ``jobsapp_redis``) |
 | jobsapp.E201-E205, W201-W202 | the Django tasks backend's TASKS entry (``jobsapp.django_tasks.JobsBackend.check``) |
 
 tests/jobsapp/test_check_ids.py pins every id: an id is never renumbered or reused.
@@ -36,14 +40,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.core import checks
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.recorder import MigrationRecorder
+from redis.connection import parse_url
 
 from . import outbox, registry, shards
 from .client import job_template
 from .conf import DEFAULTS, jobs_settings
+from .redaction import redact_url
 from .settings_validation import settings_problems
 
 SETTING_IDS = {"unknown": "jobsapp.E001", "type": "jobsapp.E005", "range": "jobsapp.E006"}
@@ -73,6 +80,7 @@ OWN_CHECKS = frozenset(
         "ENQUEUE_REPLICAS",
         "ENQUEUE_REPLICAS_TIMEOUT_SECONDS",
         "SHARDS",
+        "REDIS_CLUSTER",  # check_cluster_settings (E046)
         "PERIODIC",  # check_periodic
         "QUEUE_LIMITS",  # E011 below
         "TIMEOUT_HARD_LIMIT_SECONDS",  # E020 below
@@ -283,6 +291,161 @@ def check_connection_settings(app_configs: Any = None, **kwargs: Any) -> list[ch
     for shard in shards.names():
         messages += [checks.Error(message, hint=hint, id=check_id) for check_id, message, hint in _connection_problems(shard)]
     return messages
+
+
+def _cluster_problems(shard: str) -> list[checks.CheckMessage]:
+    where = "JOBSAPP" if shard == shards.DEFAULT else f"JOBSAPP['SHARDS'][{shard!r}]"
+    cluster = shards.setting(shard, "REDIS_CLUSTER")
+    if not isinstance(cluster, bool):
+        return [checks.Error(f"{where}['REDIS_CLUSTER'] is {cluster!r}.", hint="Use True or False.", id="jobsapp.E046")]
+    if not cluster:
+        return []
+    messages: list[checks.CheckMessage] = []
+    if shards.setting(shard, "REDIS_CACHE_ALIAS"):
+        messages.append(
+            checks.Error(
+                f"{where}['REDIS_CLUSTER'] is on with REDIS_CACHE_ALIAS: django-redis has no Redis Cluster client, "
+                "so the alias cannot reach a cluster.",
+                hint=f"Remove {where}['REDIS_CACHE_ALIAS'] and give REDIS_URL naming any node of the cluster "
+                "(a managed service's configuration endpoint).",
+                id="jobsapp.E046",
+            )
+        )
+    if shards.setting(shard, "ENQUEUE_REPLICAS"):
+        messages.append(
+            checks.Error(
+                f"{where}['REDIS_CLUSTER'] is on with ENQUEUE_REPLICAS: a push's WAIT would go to a node of the "
+                "cluster client's choice, not the master that took the write, so it could not say what it promises.",
+                hint=f"Set {where}['ENQUEUE_REPLICAS'] to 0 in cluster mode (docs/operations/cluster.md, Replication).",
+                id="jobsapp.E046",
+            )
+        )
+    if shards.setting(shard, "SENTINELS"):
+        messages.append(
+            checks.Error(
+                f"{where}['REDIS_CLUSTER'] is on with SENTINELS: a cluster fails over by itself, without Sentinel.",
+                hint=f"Remove {where}['SENTINELS'] and give REDIS_URL naming any node of the cluster.",
+                id="jobsapp.E046",
+            )
+        )
+    return messages
+
+
+@checks.register("jobsapp")
+def check_cluster_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """jobsapp.E046: REDIS_CLUSTER with a setting that cannot reach a cluster; jobsapp.W046: Ruby
+    Sidekiq's job names on a cluster (Sidekiq cannot run there: interop is out of scope)."""
+    if shards.problems():
+        return []  # E044 already says what is wrong
+    messages: list[checks.CheckMessage] = []
+    for shard in shards.names():
+        messages += _cluster_problems(shard)
+    if any(shards.setting(shard, "REDIS_CLUSTER") is True for shard in shards.names()):
+        ruby_style = sorted(name for name in registry.names() if "." not in name or "::" in name)
+        if ruby_style:
+            messages.append(
+                checks.Warning(
+                    f"REDIS_CLUSTER is on and job classes are named as Ruby Sidekiq names its workers ({', '.join(ruby_style[:5])}): "
+                    "Ruby Sidekiq cannot run on a Redis Cluster, and the cluster's key names carry hash tags Sidekiq does not read, "
+                    "so no Ruby process will take or push these jobs.",
+                    hint="Run Ruby Sidekiq against a standalone Redis (a shard of its own, JOBSAPP['SHARDS']), "
+                    "or silence jobsapp.W046 if only Python runs these classes.",
+                    id="jobsapp.W046",
+                )
+            )
+    return messages
+
+
+#: How long the checks that ask Redis wait for it (a Redis that does not answer is not a settings
+#: problem: those checks then say nothing, and the workers wait for it as usual).
+CHECK_TIMEOUT_SECONDS = 2.0
+
+
+@checks.register("jobsapp_redis")
+def check_redis_mode(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """jobsapp.E047: the server REDIS_URL names disagrees with REDIS_CLUSTER (a cluster node given
+    as a plain URL answers MOVED for most keys; a plain server has no slot map); jobsapp.E048: a
+    cluster master that may evict jobs. Asks Redis, with a short timeout; says nothing when
+    Redis does not answer. Tagged ``jobsapp_redis``, so ``runworkers`` does not wait on it."""
+    if shards.problems():
+        return []
+    messages: list[checks.CheckMessage] = []
+    for shard in shards.names():
+        if shards.setting(shard, "REDIS_CACHE_ALIAS") or shards.setting(shard, "SENTINELS"):
+            continue
+        url = shards.setting(shard, "REDIS_URL") or jobs_settings.REDIS_URL
+        if not url:
+            continue
+        messages += _redis_mode_problems(shard, str(url), cluster=shards.setting(shard, "REDIS_CLUSTER") is True)
+    return messages
+
+
+def _redis_mode_problems(shard: str, url: str, *, cluster: bool) -> list[checks.CheckMessage]:
+    where = "JOBSAPP" if shard == shards.DEFAULT else f"JOBSAPP['SHARDS'][{shard!r}]"
+    shown = redact_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=CHECK_TIMEOUT_SECONDS, socket_connect_timeout=CHECK_TIMEOUT_SECONDS)
+    try:
+        enabled = str(client.info("cluster").get("cluster_enabled", 0)) == "1"
+        if not enabled or not cluster:
+            return _mode_mismatch(where, shown, enabled=enabled, cluster=cluster)
+        masters = [(_text(host), int(port)) for host, port, *_ in (entry[2] for entry in client.execute_command("CLUSTER", "SLOTS"))]
+    except redis.ResponseError:  # INFO restricted (managed Redis): nothing to judge
+        return []
+    except (redis.ConnectionError, redis.TimeoutError, OSError):  # not answering: not a settings problem
+        return []
+    finally:
+        client.close()
+    messages: list[checks.CheckMessage] = []
+    for host, port in sorted(set(masters)):
+        node = redis.Redis(
+            host=host, port=port, socket_timeout=CHECK_TIMEOUT_SECONDS, socket_connect_timeout=CHECK_TIMEOUT_SECONDS, **_credentials(url)
+        )
+        try:
+            policy = str(node.info("memory").get("maxmemory_policy", "noeviction"))
+        except (redis.RedisError, OSError):  # restricted or away: nothing to judge on this master
+            continue
+        finally:
+            node.close()
+        if policy != "noeviction":
+            messages.append(
+                checks.Error(
+                    f"The cluster master {host}:{port} ({shown}) has maxmemory-policy {policy!r}: "
+                    "under memory pressure it may evict queued jobs, retries and locks.",
+                    hint="Set maxmemory-policy noeviction on every master (a managed service's parameter group).",
+                    id="jobsapp.E048",
+                )
+            )
+    return messages
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _credentials(url: str) -> dict[str, Any]:
+    options = parse_url(url)
+    return {key: options[key] for key in ("username", "password") if options.get(key)}
+
+
+def _mode_mismatch(where: str, shown: str, *, enabled: bool, cluster: bool) -> list[checks.CheckMessage]:
+    if enabled and not cluster:
+        return [
+            checks.Error(
+                f"The Redis at {shown} is a Redis Cluster node (cluster_enabled:1) but {where}['REDIS_CLUSTER'] is off: "
+                "commands on keys of other nodes' slots fail with MOVED, and the scripts' keys span slots (CROSSSLOT).",
+                hint=f"Set {where}['REDIS_CLUSTER'] = True (REDIS_URL may name any node).",
+                id="jobsapp.E047",
+            )
+        ]
+    if cluster and not enabled:
+        return [
+            checks.Error(
+                f"{where}['REDIS_CLUSTER'] is on but the Redis at {shown} is not a cluster node (cluster_enabled:0).",
+                hint=f"Remove {where}['REDIS_CLUSTER'] for a standalone Redis, or point REDIS_URL at a node of the cluster.",
+                id="jobsapp.E047",
+            )
+        ]
+    return []
 
 
 @checks.register("jobsapp")

@@ -31,6 +31,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -167,9 +168,80 @@ def _sentinel_master(target: _Target, *, socket_timeout_seconds: float, pool_siz
     )
 
 
+class LazyCluster:
+    """redis-py's RedisCluster, made on first use: making one reads the slot map from a node, and
+    a cluster that does not answer yet must fail the first command (inside the callers' ordinary
+    Redis-error path: a push raises RedisUnavailable, a worker waits), not the client's creation,
+    as a plain client does. Every attribute is the cluster client's."""
+
+    def __init__(self, build: Callable[[], redis.cluster.RedisCluster]) -> None:
+        self._build = build
+        self._client: redis.cluster.RedisCluster | None = None
+        self._lock = threading.Lock()
+
+    def cluster_client(self) -> redis.cluster.RedisCluster:
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    try:
+                        self._client = self._build()
+                    except redis.exceptions.RedisClusterException as exc:  # no node answered: retried at the next use
+                        raise redis.ConnectionError(str(exc)) from exc
+                client = self._client
+        return client
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            client = self.cluster_client()
+        except redis.ConnectionError as exc:
+            # raised when called, as a plain client raises from its commands, not from reading them
+            error = exc
+            if name == "pipeline":  # queued commands cost nothing: the error comes with execute()
+                return lambda *args, **kwargs: _UnreachablePipeline(error)
+
+            def unreachable(*args: Any, **kwargs: Any) -> Any:
+                raise error
+
+            return unreachable
+        return getattr(client, name)
+
+
+class _UnreachablePipeline:
+    """The pipeline of a cluster no node of which answered: it queues anything, and raises the
+    connection error from ``execute``, where a plain client's pipeline would."""
+
+    def __init__(self, error: redis.ConnectionError) -> None:
+        self._error = error
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._error
+
+    def __len__(self) -> int:
+        return 0
+
+    def __enter__(self) -> _UnreachablePipeline:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+def _cluster_of(client: object) -> redis.cluster.RedisCluster | None:
+    if isinstance(client, LazyCluster):
+        return client.cluster_client()
+    if isinstance(client, redis.cluster.RedisCluster):
+        return client
+    return None
+
+
 def _cluster_client(target: _Target, *, socket_timeout_seconds: float, pool_size: int | None) -> redis.Redis:
-    """redis-py's RedisCluster, from the node REDIS_URL names. It is typed as the plain client the
-    engine passes around: it takes the same commands, pipelines and scripts for single-slot keys."""
+    """redis-py's RedisCluster (made on first use), from the node REDIS_URL names. It is typed as
+    the plain client the engine passes around: it takes the same commands, pipelines and scripts
+    for single-slot keys."""
     if target.cache_alias:
         raise ValueError("JOBSAPP['REDIS_CLUSTER'] cannot use REDIS_CACHE_ALIAS: django-redis has no cluster client; give REDIS_URL")
     if target.sentinels:
@@ -179,20 +251,70 @@ def _cluster_client(target: _Target, *, socket_timeout_seconds: float, pool_size
     options: dict[str, Any] = {}
     if pool_size is not None:
         options["max_connections"] = pool_size
-    client = redis.cluster.RedisCluster.from_url(
-        target.url,
-        socket_timeout=socket_timeout_seconds,
-        socket_connect_timeout=min(socket_timeout_seconds, 5.0),
-        health_check_interval=30,
-        decode_responses=False,
-        **options,
-    )
-    return cast(redis.Redis, client)
+    url = target.url
+
+    def build() -> redis.cluster.RedisCluster:
+        return redis.cluster.RedisCluster.from_url(
+            url,
+            socket_timeout=socket_timeout_seconds,
+            socket_connect_timeout=min(socket_timeout_seconds, 5.0),
+            health_check_interval=30,
+            decode_responses=False,
+            **options,
+        )
+
+    return cast(redis.Redis, LazyCluster(build))
 
 
 def is_cluster(client: object) -> bool:
     """Whether ``client`` is a cluster client (its node-wide commands need a target node)."""
-    return isinstance(client, redis.cluster.RedisCluster)
+    return isinstance(client, (LazyCluster, redis.cluster.RedisCluster))
+
+
+def node_client(client: redis.Redis, key: str) -> redis.Redis:
+    """The plain client of the master serving ``key`` (``client`` itself without a cluster): for
+    a connection of one's own on that node (basic fetch's BRPOP connections)."""
+    cluster = _cluster_of(client)
+    if cluster is not None:
+        node = cluster.get_node_from_key(key)
+        if node is None or node.redis_connection is None:
+            raise redis.ConnectionError(f"no cluster node serves the slot of {key!r} yet")
+        return node.redis_connection
+    return client
+
+
+def client_id(client: redis.Redis, *, key: str) -> int:
+    """``CLIENT ID`` of the connection ``client`` uses for ``key``: with a cluster, of its
+    connection to the master serving ``key``, which a blocking command on ``key`` uses next
+    (one thread, last in first out)."""
+    cluster = _cluster_of(client)
+    if cluster is not None:
+        return int(cluster.execute_command("CLIENT ID", target_nodes=cluster.get_node_from_key(key)))
+    return int(client.client_id())
+
+
+def client_unblock(client: redis.Redis, connection_id: int, *, key: str) -> None:
+    """``CLIENT UNBLOCK`` a connection blocked on ``key`` (with a cluster, sent to the master
+    serving ``key``, where that connection is)."""
+    cluster = _cluster_of(client)
+    if cluster is not None:
+        cluster.execute_command("CLIENT UNBLOCK", connection_id, target_nodes=cluster.get_node_from_key(key))
+    else:
+        client.client_unblock(connection_id)
+
+
+def master_infos(client: redis.Redis, section: str | None = None) -> dict[str, dict[str, Any]]:
+    """``INFO section`` of every master, by ``host:port`` (one entry without a cluster): a
+    cluster client would otherwise ask one node of its choice."""
+    cluster = _cluster_of(client)
+    if cluster is not None:
+        replies = cluster.info(section, target_nodes=redis.cluster.RedisCluster.PRIMARIES)
+        if isinstance(replies, dict) and all(isinstance(reply, dict) for reply in replies.values()):
+            return {str(name): reply for name, reply in replies.items()}
+        return {"cluster": replies}
+    pool = getattr(client, "connection_pool", None)
+    where = pool.connection_kwargs.get("host", "redis") if pool is not None else "redis"
+    return {str(where): client.info(section)}
 
 
 def _build(target: _Target, pool_size: int | None = None) -> redis.Redis:
@@ -220,7 +342,9 @@ _sentinel_pools: weakref.WeakSet[redis.sentinel.SentinelConnectionPool] = weakre
 
 
 def _remember(client: redis.Redis) -> redis.Redis:
-    pool = getattr(client, "connection_pool", None)  # a cluster client has one pool per node
+    if isinstance(client, LazyCluster):  # one pool per node, none of them Sentinel's
+        return client
+    pool = getattr(client, "connection_pool", None)
     if isinstance(pool, redis.sentinel.SentinelConnectionPool):
         _sentinel_pools.add(pool)
     return client

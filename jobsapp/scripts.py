@@ -406,9 +406,8 @@ def chord_part(
 def limiter_release(client: redis.Redis, *, name: str, token: str, permits_key: str) -> int:
     """``limiter_release.lua``: give back a concurrent slot once, waking one parked job; 0 (already
     released), 1 or 2 (released and a parked job made due)."""
-    return int(
-        script("limiter_release")(client, [keys.limiter_holders(name), permits_key, keys.limiter_parked(name), keys.SCHEDULE], [token])
-    )
+    script_keys = [keys.limiter_holders(name), permits_key or keys.absent(), keys.limiter_parked(name), keys.SCHEDULE]
+    return int(script("limiter_release")(client, script_keys, [token]))
 
 
 def limiter_park(client: redis.Redis, *, name: str, member: str, size: int, max_parked: int, ttl_seconds: int) -> int:

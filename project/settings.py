@@ -91,6 +91,8 @@ CACHES = {
 
 JOBSAPP = {
     "REDIS_URL": REDIS_URL,
+    # $REDIS_CLUSTER=1: REDIS_URL names a node of a Redis Cluster (docs/operations/cluster.md)
+    "REDIS_CLUSTER": os.environ.get("REDIS_CLUSTER", "") in ("1", "true", "yes"),
     # Task tracking records jobs declared with sidekiq_options(use_task_event=True); others cost nothing.
     "CLIENT_MIDDLEWARE": ["tracking.middleware.TrackingClientMiddleware"],
     "SERVER_MIDDLEWARE": ["tracking.middleware.TrackingServerMiddleware"],

@@ -2,7 +2,8 @@
 
 With ``JOBSAPP_TEST_REDIS_CLUSTER=1`` in the environment the run gets a throwaway three-master
 Redis Cluster instead (tests/redis_cluster.py), and the engine runs in cluster mode
-(``JOBSAPP["REDIS_CLUSTER"]``): ``.ci/run`` runs a slice of the suite that way. Tests that spell
+(``JOBSAPP["REDIS_CLUSTER"]``, and ``$REDIS_CLUSTER`` for the processes tests start): ``.ci/run``
+runs a slice of the suite that way. Tests that spell
 key names as Sidekiq's layout does, or need a single server, are marked ``standalone_only`` and
 skipped there.
 
@@ -76,6 +77,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def redis_server() -> Iterator[RedisServer | RedisClusterServers]:
     server: RedisServer | RedisClusterServers = RedisClusterServers().start() if ON_CLUSTER else RedisServer().start()
     os.environ["REDIS_URL"] = server.url
+    if ON_CLUSTER:  # the processes tests start: project/settings.py turns cluster mode on from it
+        os.environ["REDIS_CLUSTER"] = "1"
     yield server
     server.stop()
 

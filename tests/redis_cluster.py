@@ -9,6 +9,7 @@ within a few seconds. Only the servers it started are ever stopped.
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -151,12 +152,20 @@ class RedisClusterServers:
             node.stop()
 
 
+#: The engine's key names (docs/redis-layout.md) as tests spell them: Sidekiq's, ours, and the
+#: process keys named after an identity (``host:pid:<12 hex>``).
+ENGINE_KEY = re.compile(
+    r"^((queues|schedule|retry|dead|processes|cron_jobs)$|queue:|stat:|jobsapp:|cron_job:|[^:{}]+:\d+:[0-9a-f]{12}($|[:-]))"
+)
+
+
 class TaggedClusterClient(redis.cluster.RedisCluster):
-    """A cluster client for tests written against Sidekiq's plain key names: every key argument
-    without a hash tag gets partition 0's tag in front (``queue:default`` becomes
+    """A cluster client for tests written against Sidekiq's plain key names: an engine key
+    (``ENGINE_KEY``) without a hash tag gets partition 0's tag in front (``queue:default`` becomes
     ``{jobsapp:0}:queue:default``), so a test reads and writes the engine's keys in cluster mode
-    as it does standalone. Key positions come from ``COMMAND INFO`` (EVAL/EVALSHA: their
-    numkeys); keys in replies (SCAN, KEYS) keep their tag."""
+    as it does standalone; a test's own keys (what its jobs record) stay as they are, as the jobs
+    write them. Key positions come from ``COMMAND INFO`` (EVAL/EVALSHA: their numkeys); keys in
+    replies (SCAN, KEYS) keep their tag."""
 
     def __init__(self, *args: object, tag_prefix: str, **kwargs: object) -> None:
         self.tag_prefix = tag_prefix.encode("utf-8")
@@ -164,18 +173,19 @@ class TaggedClusterClient(redis.cluster.RedisCluster):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def _tagged(self, key: object) -> object:
-        if isinstance(key, str):
-            return key if key.startswith("{") else self.tag_prefix.decode("utf-8") + key
+        text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        if not isinstance(text, str) or not ENGINE_KEY.match(text):
+            return key
         if isinstance(key, bytes):
-            return key if key.startswith(b"{") else self.tag_prefix + key
-        return key
+            return self.tag_prefix + key
+        return self.tag_prefix.decode("utf-8") + text
 
     def _key_spec(self, name: str) -> tuple[int, int, int]:
         spec = self._key_specs.get(name)
         if spec is None:
-            node = self.get_default_node()
-            reply = node.redis_connection.execute_command("COMMAND", "INFO", name) if node.redis_connection else {}
-            entry = reply.get(name.lower()) if isinstance(reply, dict) else None
+            if getattr(self, "commands_parser", None) is None:  # starting up: only its own keyless commands
+                return (0, 0, 0)
+            entry = self.commands_parser.commands.get(name.lower())  # COMMAND's reply, read by redis-py at start
             spec = (int(entry["first_key_pos"]), int(entry["last_key_pos"]), int(entry["step_count"])) if entry else (0, 0, 0)
             self._key_specs[name] = spec
         return spec
@@ -186,6 +196,11 @@ class TaggedClusterClient(redis.cluster.RedisCluster):
         name = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
         name = name.split(" ")[0].upper()
         arguments = list(args)
+        words = [(arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)).upper() for arg in arguments]
+        if name == "KEYS" or (name == "SCAN" and "MATCH" in words):
+            position = 1 if name == "KEYS" else words.index("MATCH") + 1
+            arguments[position] = self._tagged(arguments[position])
+            return tuple(arguments)
         if name in ("EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL"):
             count = int(arguments[2])  # type: ignore[call-overload]
             positions = range(3, 3 + count)
@@ -201,6 +216,10 @@ class TaggedClusterClient(redis.cluster.RedisCluster):
 
     def execute_command(self, *args: object, **kwargs: object) -> object:
         return super().execute_command(*self.tag_arguments(args), **kwargs)
+
+    def close(self) -> None:
+        """Close the connections, and stay usable (as a plain client does after ``close``)."""
+        self.disconnect_connection_pools()
 
     def pipeline(self, transaction: object = None, shard_hint: object = None) -> redis.cluster.ClusterPipeline:
         pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)

@@ -25,10 +25,10 @@ JOBSAPP = {
     "SERVER_MIDDLEWARE": [],
     **_json.loads(_os.environ.get("JOBSAPP_TEST_OVERRIDES", "{}")),
 }
-# The suite against a Redis Cluster (tests/conftest.py starts one when this is set): the workers
-# the tests start inherit the variable, and so the cluster mode.
+# The suite on a Redis Cluster (tests/conftest.py): cluster mode from the start, so key names a
+# test module computes when it is imported carry the hash tag too.
 if _os.environ.get("JOBSAPP_TEST_REDIS_CLUSTER"):
-    JOBSAPP["REDIS_CLUSTER"] = True  # type: ignore[assignment]
+    JOBSAPP["REDIS_CLUSTER"] = True
 
 # On SQLite the test database is a file, not memory, so worker subprocesses that tests start
 # can open the same database (tests pass its path to them as DATABASE_URL). One per test run.

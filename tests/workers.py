@@ -71,7 +71,7 @@ class WorkerProcess:
         self.env = {**os.environ, "REDIS_URL": self.redis_url, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.start_timeout_seconds = start_timeout_seconds
         self.stop_timeout_seconds = stop_timeout_seconds
-        if os.environ.get("JOBSAPP_TEST_REDIS_CLUSTER"):  # the suite on a Redis Cluster (tests/conftest.py)
+        if self.env.get("REDIS_CLUSTER") == "1":  # a worker in cluster mode (project/settings.py)
             from tests.redis_cluster import tagged_client_from_url
 
             self.redis = tagged_client_from_url(self.redis_url, decode_responses=True)

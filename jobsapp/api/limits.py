@@ -43,7 +43,7 @@ class LimiterSet:
         pipe = connection.pipeline(transaction=False)
         for name in names:
             pipe.hgetall(keys.limiter(name))
-        pipe.time()
+        pipe.execute_command("TIME")  # a cluster pipeline refuses .time(), not the command
         *replies, (seconds, microseconds) = pipe.execute()
         now = float(seconds) + float(microseconds) / 1_000_000
         configs = [{as_text(key): as_text(value) for key, value in reply.items()} for reply in replies]

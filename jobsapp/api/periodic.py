@@ -200,7 +200,7 @@ class PeriodicSet:
         pipe = connection.pipeline(transaction=False)
         for member in members:
             pipe.hgetall(member)
-        pipe.time()
+        pipe.execute_command("TIME")  # a cluster pipeline refuses .time(), not the command
         *replies, (seconds, microseconds) = pipe.execute(raise_on_error=False)
         now = float(seconds) + float(microseconds) / 1_000_000
         jobs = []

@@ -90,13 +90,20 @@ def queue_payload(entry: SortedEntry, *, now: float, lower_retry_count: bool) ->
 class JobSet:
     """A sorted set of jobs; subclasses fix the key and the display order."""
 
-    name: str = ""
+    #: The ``jobsapp.keys`` name of the set's key, read at each use (in cluster mode it carries
+    #: the hash tag of the settings in force).
+    key_name: str = ""
     #: Dead jobs are listed most recent first; scheduled and retries soonest first.
     newest_first = False
     #: Whether ``kill`` makes sense here (not for the dead set itself).
     can_kill = True
     #: Whether removing an entry ends its job (not in the dead set: a dead job has ended already).
     removal_ends_job = True
+
+    @property
+    def name(self) -> str:
+        """The set's key: ``schedule``, ``retry`` or ``dead`` (behind a hash tag in cluster mode)."""
+        return str(getattr(keys, self.key_name))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -384,19 +391,19 @@ class JobSet:
 class ScheduledSet(JobSet):
     """``schedule``: jobs waiting for their run-at time (score)."""
 
-    name = keys.SCHEDULE
+    key_name = "SCHEDULE"
 
 
 class RetrySet(JobSet):
     """``retry``: failed jobs waiting for their next attempt (score)."""
 
-    name = keys.RETRY
+    key_name = "RETRY"
 
 
 class DeadSet(JobSet):
     """``dead``: jobs out of retries, killed, or poison; score = time of death."""
 
-    name = keys.DEAD
+    key_name = "DEAD"
     newest_first = True
     can_kill = False
     removal_ends_job = False

@@ -17,7 +17,7 @@ import datetime as dt
 import time
 from dataclasses import dataclass
 
-from .. import keys
+from .. import connection, keys
 from ..connection import as_text, get_redis
 from .guard import translate_errors
 from .queues import QueueSummary, summarize
@@ -50,8 +50,9 @@ class History:
         start = start_date or dt.datetime.now(dt.UTC).date()
         dates = [start - dt.timedelta(days=offset) for offset in range(days)]
         pipe = get_redis().pipeline(transaction=False)
-        pipe.mget([keys.stat_processed_daily(day) for day in dates])
-        pipe.mget([keys.stat_failed_daily(day) for day in dates])
+        # MGET as a command: a cluster pipeline refuses .mget() (the keys share one slot)
+        pipe.execute_command("MGET", *[keys.stat_processed_daily(day) for day in dates])
+        pipe.execute_command("MGET", *[keys.stat_failed_daily(day) for day in dates])
         processed, failed = pipe.execute()
         labels = [day.isoformat() for day in dates]
         return cls(
@@ -153,5 +154,6 @@ REDIS_INFO_FIELDS = (
 @translate_errors
 def redis_info() -> dict[str, str]:
     """A few INFO fields of the server (version, uptime, clients, memory, eviction policy)."""
-    info = get_redis().info()
+    infos = list(connection.master_infos(get_redis()).values())
+    info = infos[0] if infos else {}
     return {name: str(info[name]) for name in REDIS_INFO_FIELDS if name in info}

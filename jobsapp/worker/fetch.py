@@ -31,7 +31,7 @@ from typing import Protocol
 
 import redis
 
-from .. import keys, scripts
+from .. import connection, keys, scripts
 from ..connection import as_bytes, as_text
 from ..scripts import Acknowledged
 from .pop_connection import PopConnection, pack_command
@@ -190,7 +190,7 @@ class _Interruptible:
 
     def _remember_blocking_connection(self) -> None:
         if self._blocking_id is None:
-            self._blocking_id = int(self.blocking_client.client_id())
+            self._blocking_id = connection.client_id(self.blocking_client, key=keys.QUEUES)
 
     def _idle(self, seconds: float) -> None:
         self._interrupted.clear()
@@ -200,7 +200,7 @@ class _Interruptible:
         self._interrupted.set()
         if self._blocking_id is not None:
             try:
-                self.client.client_unblock(self._blocking_id)
+                connection.client_unblock(self.client, self._blocking_id, key=keys.QUEUES)
             except (redis.RedisError, OSError):  # nothing blocked, or Redis away: the block times out anyway
                 pass
 
@@ -235,9 +235,9 @@ class QueueWaiters:
         return requests
 
     def _run(self, name: str, requests: queue.SimpleQueue[float | None], ready: threading.Event) -> None:
-        connection = self.make_blocking_client()
+        blocking = self.make_blocking_client()
         try:
-            self._connection_ids[name] = int(connection.client_id())
+            self._connection_ids[name] = connection.client_id(blocking, key=keys.queue(name))
         except (redis.RedisError, OSError):  # Redis away: the BLMOVE below fails and reports it
             pass
         ready.set()
@@ -247,10 +247,10 @@ class QueueWaiters:
                 return
             raw: bytes | None = None
             try:
-                reply = connection.blmove(keys.queue(name), self.inflight_key, timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]  # seconds may be fractional
+                reply = blocking.blmove(keys.queue(name), self.inflight_key, timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]  # seconds may be fractional
                 raw = None if reply is None else as_bytes(reply)
                 if name not in self._connection_ids:
-                    self._connection_ids[name] = int(connection.client_id())
+                    self._connection_ids[name] = connection.client_id(blocking, key=keys.queue(name))
             except (redis.RedisError, OSError):  # reported as "nothing"; the fetcher's next Lua fetch sees the outage
                 time.sleep(min(timeout, 0.5))
             if raw is not None and self.closed:
@@ -313,7 +313,7 @@ class QueueWaiters:
             if connection_id is None:
                 continue
             try:
-                self.client.client_unblock(connection_id)
+                connection.client_unblock(self.client, connection_id, key=keys.queue(name))
             except (redis.RedisError, OSError):  # it times out on its own
                 pass
 
@@ -454,7 +454,7 @@ class BasicFetch:
         one send and one read on it, without a pool check-out or the client's layers)."""
         pop: PopConnection | None = getattr(self._local, "pop", None)
         if pop is None:
-            pop = PopConnection(self.make_blocking_client())
+            pop = PopConnection(connection.node_client(self.make_blocking_client(), keys.QUEUES))
             self._local.pop = pop
             with self._lock:
                 self._blocking_ids.append(pop.id)
@@ -519,7 +519,7 @@ class BasicFetch:
             blocking_ids = list(self._blocking_ids)
         for connection_id in blocking_ids:
             try:
-                self.client.client_unblock(connection_id)
+                connection.client_unblock(self.client, connection_id, key=keys.QUEUES)
             except (redis.RedisError, OSError):  # nothing blocked, or Redis away: the block times out anyway
                 pass
 

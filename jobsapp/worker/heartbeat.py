@@ -249,7 +249,8 @@ def clear_identity(client: redis.Redis, identity: str) -> None:
     by the next process in its slot once it is known dead (a crash, a fenced process)."""
     pipe = client.pipeline(transaction=False)
     pipe.srem(keys.PROCESSES, identity)
-    pipe.unlink(keys.process(identity), keys.workers(identity), keys.work(identity), keys.job_durations(identity))
+    # UNLINK as a command: a cluster pipeline refuses multi-key .unlink() (the keys share one slot)
+    pipe.execute_command("UNLINK", keys.process(identity), keys.workers(identity), keys.work(identity), keys.job_durations(identity))
     pipe.execute()
 
 

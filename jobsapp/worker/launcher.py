@@ -189,8 +189,12 @@ class Components:
 
 
 def redis_version(client: redis.Redis) -> tuple[int, ...]:
-    text = client.info("server").get("redis_version", "0")
-    return tuple(int(part) for part in str(text).split(".")[:2] if part.isdigit())
+    """The oldest version among the masters (the one server without a cluster)."""
+    versions = [
+        tuple(int(part) for part in str(info.get("redis_version", "0")).split(".")[:2] if part.isdigit())
+        for info in connection.master_infos(client, "server").values()
+    ]
+    return min(versions, default=(0,))
 
 
 def wait_for_redis(client: redis.Redis, stop: threading.Event, *, clock: Clock = SYSTEM_CLOCK) -> bool:
@@ -212,14 +216,17 @@ def check_redis(client: redis.Redis) -> None:
     if version < MINIMUM_REDIS_VERSION:
         raise SystemExit(f"Redis {'.'.join(map(str, version))} is too old: jobsapp needs Redis >= 6.2 (BLMOVE, RPOP count)")
     try:
-        policy = client.info("memory").get("maxmemory_policy", "noeviction")
+        infos = connection.master_infos(client, "memory")
     except redis.ResponseError:  # INFO restricted (managed Redis): nothing to check
         return
-    if policy != "noeviction":
-        logger.warning(
-            "Redis maxmemory-policy is %r: under memory pressure Redis may evict queued jobs. Set it to 'noeviction'.",
-            policy,
-        )
+    for where, info in infos.items():
+        policy = info.get("maxmemory_policy", "noeviction")
+        if policy != "noeviction":
+            logger.warning(
+                "Redis maxmemory-policy is %r at %s: under memory pressure Redis may evict queued jobs. Set it to 'noeviction'.",
+                policy,
+                where if connection.is_cluster(client) else connection.describe(),
+            )
 
 
 #: The unused signals (supervisor.IGNORED_SIGNALS) by the names ``on_signal`` receives.

@@ -84,6 +84,7 @@ def test_display_class_unwraps_activejob():
 # --- stats --------------------------------------------------------------------------------
 
 
+@pytest.mark.standalone_only  # counts round trips through the standalone client's pipeline
 def test_stats_counts_everything_in_two_round_trips(redis, monkeypatch):
     now = time.time()
     redis.set(keys.STAT_PROCESSED, 10)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from jobsapp import Job, JobTimeout, job, results, testing
+from jobsapp import Job, JobTimeout, job, keys, results, testing
 from jobsapp.celery import shared_task
 from jobsapp.connection import get_redis
 from jobsapp.error_fields import decompress_backtrace
@@ -151,7 +151,7 @@ class BlocksItsLoop(Job):
 def test_an_async_job_that_blocked_past_its_timeout_is_filed_as_a_failure_not_a_success(redis):
     # Given an async job that blocks its loop 0.3 s with a 0.05 s timeout, fetched by a processor
     BlocksItsLoop.set(timeout=0.05, retry=3).perform_async(0.3)
-    inflight = "jobsapp:inflight:async-test"
+    inflight = keys.inflight("async-test")
     raw = redis.lmove("queue:default", inflight, "RIGHT", "LEFT")
     # When the processor runs it
     outcome = Processor(RetryPolicy(get_redis(), inflight)).process(UnitOfWork(raw, "default"))

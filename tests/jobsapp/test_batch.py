@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from jobsapp import keys
 from jobsapp.batch import BATCH_LINGER_SECONDS, Batch, BatchCompleted, job_finished
 from jobsapp.connection import get_redis
 from jobsapp.payload import decode
@@ -16,7 +17,7 @@ from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import BatchComplete, BatchMember, BatchSuccess, Noop, UniqueRecord
 from tests.workers import WorkerProcess, wait_until
 
-INFLIGHT = "jobsapp:inflight:batch-test"
+INFLIGHT = keys.inflight("batch-test")
 
 
 def run_next(redis, queue: str = "default"):

@@ -8,14 +8,18 @@ then computed in Python (redis-py's ``key_slot``, the cluster specification's CR
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from jobsapp import keys, scripts
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: What each script answers, shaped as its wrapper parses it.
 REPLIES: dict[str, Any] = {
@@ -189,3 +193,39 @@ def test_each_partitions_tag_lies_in_its_share_of_the_slots(count):
     # Then partition i's tag hashes into the i-th share: each partition on its own master
     assert [key_slot(tag.encode()) in share for tag, share in zip(tags, shares, strict=True)] == [True] * count
     assert len(set(tags)) == count
+
+
+def key_names_read_at_import(path: Path, *, root: Path = ROOT) -> list[str]:
+    """``keys.<NAME>`` read outside any function (a module or class body): evaluated once, at
+    import, under whatever settings were in force then."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    inside_functions = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for inner in ast.walk(node)
+    }
+    return [
+        f"{path.relative_to(root)}:{node.lineno}: keys.{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "keys"
+        and node.attr.isupper()
+        and id(node) not in inside_functions
+    ]
+
+
+def test_no_key_name_is_read_at_import_time():
+    # Given every module of the engine and of tracking but keys.py
+    modules = [path for package in ("jobsapp", "tracking") for path in sorted((ROOT / package).rglob("*.py")) if path.name != "keys.py"]
+    # When their module and class bodies are scanned for key names
+    found = [hit for path in modules for hit in key_names_read_at_import(path)]
+    # Then none is read there: a name read at import would keep the key scheme of that moment
+    assert found == []
+
+
+def test_the_import_time_scan_finds_a_key_name_in_a_class_body(tmp_path):
+    module = tmp_path / "example.py"
+    module.write_text("from jobsapp import keys\n\n\nclass Example:\n    name = keys.DEAD\n", encoding="utf-8")
+    assert key_names_read_at_import(module, root=tmp_path) == ["example.py:5: keys.DEAD"]

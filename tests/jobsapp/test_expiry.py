@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from jobsapp import Job, client, periodic, sidekiq_options
+from jobsapp import Job, client, keys, periodic, sidekiq_options
 from jobsapp.api import Stats
 from jobsapp.connection import get_redis
 from jobsapp.middleware import ServerMiddleware
@@ -23,7 +23,7 @@ from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import RAN_KEY, ExpiringRecord, Record, UniqueRecord
 from tests.workers import WorkerProcess, wait_until
 
-INFLIGHT = "jobsapp:inflight:expiry-test"
+INFLIGHT = keys.inflight("expiry-test")
 
 
 def run_next(redis, queue: str = "default"):

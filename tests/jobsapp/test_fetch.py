@@ -103,6 +103,7 @@ def blocked_brpops(redis) -> int:
     return sum(1 for entry in redis.client_list() if entry.get("cmd") == "brpop" and "b" in entry.get("flags", ""))
 
 
+@pytest.mark.standalone_only  # counts and kills connections with CLIENT LIST/KILL on one server
 @pytest.mark.slow
 def test_basic_fetch_each_thread_blocks_in_its_own_brpop_and_runs_jobs_in_strict_order(redis_server, redis):
     # Given an idle worker with basic fetch and three threads on two queues
@@ -128,6 +129,7 @@ def test_basic_fetch_each_thread_blocks_in_its_own_brpop_and_runs_jobs_in_strict
     assert ran(redis)[:3] == ["high0", "high1", "high2"]
 
 
+@pytest.mark.standalone_only  # counts and kills connections with CLIENT LIST/KILL on one server
 @pytest.mark.slow
 def test_quiet_basic_fetch_worker_takes_nothing_more_and_stops_at_once(redis_server, redis):
     # Given an idle basic-fetch worker whose threads wait in BRPOP
@@ -163,6 +165,7 @@ def test_basic_fetch_skips_a_paused_queue(redis_server, redis):
         wait_until(lambda: redis.llen(RAN_KEY) == 2, timeout_seconds=5)
 
 
+@pytest.mark.standalone_only  # counts and kills connections with CLIENT LIST/KILL on one server
 def test_basic_fetch_reconnects_after_its_connection_is_killed(redis):
     # Given basic fetch whose thread holds its own connection for its BRPOPs
     fetch = BasicFetch(QueueOrder.parse(["a"]), client=get_redis(), make_blocking_client=new_redis, rng=random.Random(1))

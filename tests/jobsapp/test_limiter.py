@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from jobsapp import client, limiter
+from jobsapp import client, keys, limiter
 from jobsapp.connection import get_redis
 from jobsapp.worker.fetch import UnitOfWork
 from jobsapp.worker.processor import Processor
@@ -16,7 +16,7 @@ from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import HELD_ELSEWHERE, RAN_KEY, NeedsHeldLimiter, QueueCapped, UnderConcurrentLimit, UnderWindowLimit
 from tests.workers import WorkerProcess, wait_until
 
-INFLIGHT = "jobsapp:inflight:limiter-test"
+INFLIGHT = keys.inflight("limiter-test")
 
 
 @pytest.mark.slow
@@ -210,7 +210,7 @@ def test_async_tasks_sharing_a_limiter_each_release_their_own_slot(redis):
 
 # --- permits follow the job ------------------------------------------------------------------
 
-OWNER_INFLIGHT = "jobsapp:inflight:host:1:abc"  # a reliable fetch's in-flight list: its owner is host:1:abc
+OWNER_INFLIGHT = keys.inflight("host:1:abc")  # a reliable fetch's in-flight list: its owner is host:1:abc
 
 
 def _holders(redis, name):

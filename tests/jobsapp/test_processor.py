@@ -13,6 +13,7 @@ import threading
 import pytest
 from django.db import connection
 
+from jobsapp import keys
 from jobsapp.connection import get_redis
 from jobsapp.worker import processor as processor_module
 from jobsapp.worker.fetch import UnitOfWork
@@ -20,7 +21,7 @@ from jobsapp.worker.processor import Processor
 from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import RAN_KEY, Record
 
-INFLIGHT = "jobsapp:inflight:test:1:000000000000"
+INFLIGHT = keys.inflight("test:1:000000000000")
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from jobsapp import client, ending, middleware
+from jobsapp import client, ending, keys, middleware
 from jobsapp.connection import get_redis
 from jobsapp.error_fields import BACKTRACE_LINE_MAX_CHARS, DEFAULT_BACKTRACE_FRAMES, compress_backtrace, decompress_backtrace
 from jobsapp.middleware import ServerMiddleware
@@ -16,7 +16,7 @@ from jobsapp.worker.fetch import UnitOfWork
 from jobsapp.worker.retry import RetryPolicy, default_delay_seconds
 from tests.testapp.jobs import Explode
 
-INFLIGHT = "jobsapp:inflight:test:1:000000000000"
+INFLIGHT = keys.inflight("test:1:000000000000")
 handled: list[tuple] = []
 
 

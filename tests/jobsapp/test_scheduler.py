@@ -67,6 +67,7 @@ def test_the_scheduler_knows_when_the_next_job_within_a_poll_is_due(redis):
     assert 0.3 < wait <= 0.5
 
 
+@pytest.mark.standalone_only  # counts EVALSHA calls in one server's INFO commandstats
 def test_big_due_jobs_are_moved_in_calls_bounded_by_bytes(redis):
     # Given 12 due jobs of 300 KB in the schedule set, and a member that is not JSON
     now = time.time() - 1

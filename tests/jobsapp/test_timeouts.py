@@ -59,7 +59,7 @@ def test_timeout_seconds_reads_the_payload():
 
 # --- the sync timeout, in a processor thread ------------------------------------------------
 
-INFLIGHT = "jobsapp:inflight:timeouts-test"
+INFLIGHT = keys.inflight("timeouts-test")
 
 
 @pytest.fixture

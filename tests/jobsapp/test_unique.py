@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from jobsapp import keys
 from jobsapp.connection import get_redis
 from jobsapp.payload import decode
 from jobsapp.worker.fetch import UnitOfWork
@@ -15,7 +16,7 @@ from jobsapp.worker.processor import Processor
 from jobsapp.worker.retry import RetryPolicy
 from tests.testapp.jobs import RAN_KEY, Noop, UniqueRecord, UniqueUntilStart
 
-INFLIGHT = "jobsapp:inflight:unique-test"
+INFLIGHT = keys.inflight("unique-test")
 
 
 def unique_locks(redis) -> list[bytes]:
