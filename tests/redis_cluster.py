@@ -69,6 +69,9 @@ class RedisClusterServers:
                         f"nodes-{port}.conf",
                         "--cluster-node-timeout",
                         str(NODE_TIMEOUT_MILLISECONDS),
+                        # a replica may always take over (its master may die before it was ever in sync)
+                        "--cluster-replica-validity-factor",
+                        "0",
                         *extra_args,
                     ],
                 )
@@ -96,7 +99,8 @@ class RedisClusterServers:
         return self
 
     def wait_until_ready(self, *, timeout_seconds: float = 30.0) -> None:
-        """Until every node says cluster_state:ok and sees every slot covered."""
+        """Until every node says cluster_state:ok and sees every slot covered, and every replica
+        is in sync with its master (so a killed master's replica has its data)."""
         deadline = time.monotonic() + timeout_seconds
         while True:
             states = []
@@ -108,7 +112,11 @@ class RedisClusterServers:
                 except redis.RedisError:
                     states.append(False)
                     continue
-                states.append(info.get("cluster_state") == "ok" and int(info.get("cluster_slots_ok", 0)) == 16384)
+                in_sync = True
+                if self.replicas_per_master:
+                    replication = node.client().info("replication")
+                    in_sync = replication.get("role") == "master" or replication.get("master_link_status") == "up"
+                states.append(info.get("cluster_state") == "ok" and int(info.get("cluster_slots_ok", 0)) == 16384 and in_sync)
             if states and all(states):
                 return
             if time.monotonic() > deadline:
@@ -217,6 +225,14 @@ class TaggedClusterClient(redis.cluster.RedisCluster):
     def execute_command(self, *args: object, **kwargs: object) -> object:
         return super().execute_command(*self.tag_arguments(args), **kwargs)
 
+    def keys(self, pattern: object = "*", **kwargs: object) -> object:  # type: ignore[override]
+        """``KEYS`` on the master of the tag's slot for an engine pattern (redis-py would ask one
+        node of its choice), on every master otherwise."""
+        tagged = self._tagged(pattern)
+        if tagged is pattern:
+            return super().keys(pattern, target_nodes=redis.cluster.RedisCluster.PRIMARIES, **kwargs)  # type: ignore[arg-type]
+        return super().execute_command("KEYS", tagged, target_nodes=self.get_node_from_key(tagged), **kwargs)
+
     def close(self) -> None:
         """Close the connections, and stay usable (as a plain client does after ``close``)."""
         self.disconnect_connection_pools()
@@ -237,3 +253,37 @@ def tagged_client_from_url(url: str, **options: object) -> TaggedClusterClient:
     from jobsapp import keys
 
     return TaggedClusterClient.from_url(url, tag_prefix="{" + keys.partition_tag(0, 1) + "}:", **options)  # type: ignore[return-value]
+
+
+def migrate_slot(cluster: RedisClusterServers, slot: int, target: RedisServer, *, keys_per_call: int = 10) -> int:
+    """Move ``slot`` to the master ``target`` as ``redis-cli --cluster reshard`` does, key by key
+    (``SETSLOT IMPORTING/MIGRATING``, ``MIGRATE``, ``SETSLOT NODE``), while clients keep using it
+    (they get ``ASK`` for the keys already moved); how many keys moved."""
+    masters = cluster.master_nodes()
+    source = next(node for node in masters if any(low <= slot <= high for low, high in _slot_ranges(node)))
+    source_id, target_id = _node_id(source), _node_id(target)
+    target.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    source.client().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    moved = 0
+    while True:
+        names = source.client().execute_command("CLUSTER", "GETKEYSINSLOT", slot, keys_per_call)
+        if not names:
+            break
+        source.client().execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "REPLACE", "KEYS", *names)
+        moved += len(names)
+    for node in masters:
+        node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    return moved
+
+
+def _node_id(node: RedisServer) -> str:
+    value = node.client().execute_command("CLUSTER", "MYID")
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _slot_ranges(node: RedisServer) -> list[tuple[int, int]]:
+    ranges = []
+    for low, high, owner, *_ in node.client().execute_command("CLUSTER", "SLOTS"):
+        if int(owner[1]) == node.port:
+            ranges.append((int(low), int(high)))
+    return ranges

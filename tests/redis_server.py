@@ -2,6 +2,9 @@
 
 Tests never touch a Redis they did not start. Fault tests use ``kill``, ``restart`` and
 ``pause`` to make Redis go away under a running worker.
+
+``$JOBSAPP_TEST_REDIS_SERVER`` names another server binary to start instead of ``redis-server``
+(.ci/run runs the core of the suite on Valkey's ``valkey-server`` that way).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def free_port() -> int:
 
 class RedisServer:
     def __init__(self, *, port: int | None = None, password: str | None = None, extra_args: Sequence[str] = ()) -> None:
-        executable = shutil.which("redis-server")
+        executable = shutil.which(os.environ.get("JOBSAPP_TEST_REDIS_SERVER") or "redis-server")
         if executable is None:
             raise RuntimeError("redis-server is not on PATH: install Redis >= 6.2 (Debian: apt-get install redis-server)")
         self.executable = executable

@@ -135,7 +135,7 @@ def slots(names: Sequence[str]) -> set[int]:
     return {key_slot(name.encode()) for name in names}
 
 
-def test_every_script_is_called_by_the_scan(recorded):
+def test_every_script_is_called_by_the_scan(recorded, standalone_mode):
     # Given every Lua script of the engine
     files = {path.stem for path in scripts.LUA_DIRECTORY.glob("*.lua")}
     # When every wrapper is called once
@@ -156,8 +156,19 @@ def test_every_scripts_keys_hash_to_one_slot_in_cluster_mode(recorded, cluster_m
         assert slots(script_keys) == {key_slot(tag.encode())}, (name, script_keys)
 
 
-def test_standalone_names_are_sidekiqs_and_carry_no_tag(recorded):
-    # Given standalone mode (the default)
+@pytest.fixture
+def standalone_mode() -> Iterator[None]:
+    keys.use_cluster_mode_source(lambda: False, lambda: 1)
+    try:
+        yield
+    finally:
+        from jobsapp import connection
+
+        keys.use_cluster_mode_source(connection.cluster_mode, connection._partition_count)
+
+
+def test_standalone_names_are_sidekiqs_and_carry_no_tag(recorded, standalone_mode):
+    # Given standalone mode
     # When every script is called
     call_every_script()
     # Then no key carries a hash tag, and Sidekiq's names are exactly its own
