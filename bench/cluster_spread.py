@@ -28,9 +28,7 @@ HOUSEKEEPING = ("cmdstat_cluster", "cmdstat_info", "cmdstat_config", "cmdstat_co
 
 
 def commands_served(info: dict[str, dict[str, int]]) -> int:
-    return sum(
-        int(stats["calls"]) for name, stats in info.items() if name.startswith("cmdstat_") and not name.startswith(HOUSEKEEPING)
-    )
+    return sum(int(stats["calls"]) for name, stats in info.items() if name.startswith("cmdstat_") and not name.startswith(HOUSEKEEPING))
 
 
 def main() -> None:
