@@ -59,12 +59,10 @@ from . import keys, registry, scripts
 from .connection import CONNECTION_ERRORS, as_text, get_redis, unavailable
 from .errors import JobsError
 from .payload import new_jid, now
-from .registry import job_template
+from .registry import JobClass, job_template
 
 if TYPE_CHECKING:
     import redis
-
-    from .job import Job
 
 logger = logging.getLogger("jobsapp.batch")
 
@@ -89,7 +87,7 @@ def current() -> str | None:
     return _current.get()
 
 
-def _callback(job_class: type[Job] | None, what: str) -> tuple[str, str]:
+def _callback(job_class: type[JobClass] | None, what: str) -> tuple[str, str]:
     """(wire name, queue) of a callback class: its own queue, else ``JOBSAPP["DEFAULT_QUEUE"]`` as
     of the ``Batch(...)`` call (stored in the batch's hash, which ``batch_update.lua`` pushes to)."""
     if job_class is None:
@@ -103,7 +101,9 @@ def _callback(job_class: type[Job] | None, what: str) -> tuple[str, str]:
 class Batch:
     """A group of jobs with callbacks; see the module header."""
 
-    def __init__(self, *, on_complete: type[Job] | None = None, on_success: type[Job] | None = None, description: str = "") -> None:
+    def __init__(
+        self, *, on_complete: type[JobClass] | None = None, on_success: type[JobClass] | None = None, description: str = ""
+    ) -> None:
         self.bid = os.urandom(8).hex()
         self.on_complete = _callback(on_complete, "on_complete")
         self.on_success = _callback(on_success, "on_success")

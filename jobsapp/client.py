@@ -35,23 +35,19 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
 from . import batch as job_batch
 from . import keys, options, registry, results, scripts, shards, unique
+from .chains import client_chain, run_client_chain
 from .conf import jobs_settings
 from .connection import CONNECTION_ERRORS, describe, follow_sentinel_master, get_redis, refuses_writes, unavailable
 from .errors import ReplicationTimeout
 from .lean_redis import LeanRedis
-from .middleware import client_chain, run_client_chain
 from .payload import Item, check_json_native, compact_json, encode, new_jid, normalize_item, now
-from .registry import JobTemplate, job_template
-
-if TYPE_CHECKING:
-    from .job import Job
-
+from .registry import JobClass, JobTemplate, job_template
 
 #: The producer's public surface for layers built on the engine (``tracking``: docs/architecture.md):
 #: they reach these through ``jobsapp.client``, never ``jobsapp.payload`` or ``jobsapp.registry``.
@@ -60,7 +56,7 @@ __all__ = ["Item", "JobTemplate", "check_json_native", "job_template", "new_jid"
 
 #: Set by jobsapp.testing: receives (job_class, item) instead of Redis, returns False for a
 #: push it refuses (a unique job already queued). None in production.
-interceptor: Callable[[type[Job] | None, Item], bool | None] | None = None
+interceptor: Callable[[type[JobClass] | None, Item], bool | None] | None = None
 
 
 class _Prepared:
@@ -79,14 +75,14 @@ class _Prepared:
         self.batch: str | None = None
 
 
-def _job_class_for(item: Item, job_class: type[Job] | None) -> type[Job] | None:
+def _job_class_for(item: Item, job_class: type[JobClass] | None) -> type[JobClass] | None:
     if job_class is not None:
         return job_class
     name = item.get("class")
     return registry.lookup(name) if isinstance(name, str) and registry.is_registered(name) else None
 
 
-def _prepare(item: Item, job_class: type[Job] | None, connection: redis.Redis, timestamp: float) -> tuple[_Prepared, Item] | None:
+def _prepare(item: Item, job_class: type[JobClass] | None, connection: redis.Redis, timestamp: float) -> tuple[_Prepared, Item] | None:
     normalized = normalize_item(item, timestamp=timestamp)
     at = normalized.get("at")
     if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float))):
@@ -114,7 +110,7 @@ def _prepare(item: Item, job_class: type[Job] | None, connection: redis.Redis, t
     return prepared, result
 
 
-def _shard_of(item: Item, job_class: type[Job] | None) -> str:
+def _shard_of(item: Item, job_class: type[JobClass] | None) -> str:
     """The shard settings route this item to (by its class's wire name, then its queue)."""
     queue = item.get("queue") or (job_class.sidekiq_options_hash.get("queue") if job_class is not None else None)
     return shards.route(item.get("class"), queue or jobs_settings.DEFAULT_QUEUE)
@@ -291,7 +287,7 @@ def _refused(refused: _WriteRefused, *, shard: str, total: int, written_before: 
     return refused.error
 
 
-def push(item: Item, *, job_class: type[Job] | None = None) -> str | None:
+def push(item: Item, *, job_class: type[JobClass] | None = None) -> str | None:
     """Enqueue one Sidekiq item; returns its jid, or None when a client middleware stopped it."""
     job_class = _job_class_for(item, job_class)
     shard = _shard_of(item, job_class)
@@ -316,7 +312,7 @@ def push(item: Item, *, job_class: type[Job] | None = None) -> str | None:
     return None if refused else entry.jid
 
 
-def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None = None) -> list[str | None]:
+def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[JobClass] | None = None) -> list[str | None]:
     """Enqueue one job per element of ``item["args"]`` (a list of argument lists).
 
     ``item["at"]`` may be one time for all or a list with one per job; ``item["jid"]`` may be a list
@@ -347,7 +343,7 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[Job] | None
     timestamp = now()
     jids: list[str | None] = []
     ready: list[_Prepared] = []
-    finals: list[tuple[type[Job] | None, Item]] = []
+    finals: list[tuple[type[JobClass] | None, Item]] = []
     plain = (
         job_batch.current() is None
         and options.UNIQUE_FOR_KEY not in template

@@ -10,20 +10,32 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, ClassVar, Protocol
 
 from .conf import jobs_settings
 from .errors import DuplicateJobName, UnknownJobClass
 from .payload import Item
 
-if TYPE_CHECKING:
-    from .job import Job
+
+class JobClass(Protocol):
+    """What the registry, the client, batches and the middleware chains need of a job class: its
+    options and its wire name. ``jobsapp.Job`` is one; it is defined above these modules, since
+    defining a subclass registers it and its ``perform_*`` push through the client."""
+
+    sidekiq_options_hash: ClassVar[dict[str, Any]]
+
+    @classmethod
+    def wire_name(cls) -> str:
+        """The ``class`` string in payloads."""
+        ...
+
 
 _lock = threading.Lock()
-_by_name: dict[str, type[Job]] = {}
+#: Wire name -> the ``jobsapp.Job`` subclass registered under it.
+_by_name: dict[str, type[Any]] = {}
 
 
-def register(job_class: type[Job], name: str, *, previous_name: str | None = None) -> None:
+def register(job_class: type[JobClass], name: str, *, previous_name: str | None = None) -> None:
     """Register ``job_class`` under ``name``; DuplicateJobName if another class holds it."""
     with _lock:
         if previous_name and previous_name != name and _by_name.get(previous_name) is job_class:
@@ -44,8 +56,9 @@ def unregister(name: str) -> None:
         _by_name.pop(name, None)
 
 
-def lookup(name: object) -> type[Job]:
-    """The registered class for a wire name; UnknownJobClass for anything else."""
+def lookup(name: object) -> type[Any]:
+    """The registered class for a wire name (a ``jobsapp.Job`` subclass); UnknownJobClass for
+    anything else."""
     job_class = _by_name.get(name) if isinstance(name, str) else None
     if job_class is None:
         shown = repr(name)[:200]
@@ -73,16 +86,17 @@ class JobTemplate:
     """What every push of one job class carries besides its arguments (what ``Job.set`` starts from)."""
 
     wire_name: str
-    #: The registered class; None for a name this process does not know (a Ruby worker's class, a
-    #: renamed one): such a job is pushed by name, with no options.
-    job_class: type[Job] | None
+    #: The registered class (a ``jobsapp.Job`` subclass, as ``lookup`` returns it); None for a name
+    #: this process does not know (a Ruby worker's class, a renamed one): such a job is pushed by
+    #: name, with no options.
+    job_class: type[Any] | None
     #: The class's options as they ride in each payload (without ``class_name`` and ``on_commit``).
     options: Item
     #: The class's queue, else ``JOBSAPP["DEFAULT_QUEUE"]`` as it is set now.
     queue: str
 
 
-def job_template(job: type[Job] | str) -> JobTemplate:
+def job_template(job: type[JobClass] | str) -> JobTemplate:
     """The wire name, options and queue of a job class, or of a wire name (looked up among the
     registered classes; nothing is imported). Read at each call, so settings changes apply."""
     job_class = job if not isinstance(job, str) else lookup(job) if is_registered(job) else None

@@ -55,7 +55,7 @@ def _name(job_class: type[Job] | str) -> str:
     return job_class if isinstance(job_class, str) else job_class.wire_name()
 
 
-def _collect(job_class: type[Job] | None, item: Item) -> bool:
+def _collect(job_class: type[registry.JobClass] | None, item: Item) -> bool:
     """Keep the push; False (refused, as Redis would) while its unique lock is held."""
     with _lock:
         digest = item.get(unique.DIGEST_KEY)
@@ -77,7 +77,7 @@ def _release_unique(item: Item, *, moment: str) -> None:
             _unique_locks.pop(digest, None)
 
 
-def _run_now(job_class: type[Job] | None, item: Item) -> None:
+def _run_now(job_class: type[registry.JobClass] | None, item: Item) -> None:
     execute(copy.deepcopy(item))
 
 

@@ -9,7 +9,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from jobsapp import keys, middleware, scripts
+from jobsapp import chains, keys, middleware, scripts
 from jobsapp.connection import get_redis
 from jobsapp.periodic import PeriodicScheduler
 from jobsapp.worker.launcher import WorkerOptions, WorkerProcess, prepare_children, wait_for_redis
@@ -132,7 +132,7 @@ def test_the_parent_prepares_before_forking_what_each_child_would_import_and_rea
             raise AssertionError("read or imported after the fork")
 
         monkeypatch.setattr(Path, "read_text", refuse)
-        monkeypatch.setattr(middleware, "import_string", refuse)
+        monkeypatch.setattr(chains, "import_string", refuse)
         assert [cls.__name__ for cls in middleware.server_chain().classes()] == ["RecordsChain"]
         assert all(scripts.script(path.stem).source for path in scripts.LUA_DIRECTORY.glob("*.lua"))
     finally:

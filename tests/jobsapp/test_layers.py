@@ -5,6 +5,7 @@ the worker are independent siblings. Tracking reaches the engine through its pub
 names of ``jobsapp.__all__`` and the public modules the package's docstring lists, each of which
 imports."""
 
+import ast
 import importlib
 import re
 import tomllib
@@ -94,3 +95,73 @@ def test_every_documented_public_path_imports():
     assert missing == []
     assert jobsapp.DeadReason.POISON == "poison" and jobsapp.RequeueReason.SHUTDOWN == "shutdown"
     assert not any(module.startswith("jobsapp.worker") for module in public_modules)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """Every module of ``modules`` that ``path`` imports anywhere: at module level, inside a
+    function, or under ``TYPE_CHECKING`` (import-linter leaves the last out; an annotation that
+    names an upper module ties the two all the same)."""
+    name = module_name(path)
+    package = name if path.stem == "__init__" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            source = ".".join(part for part in (base if node.level else "", node.module or "") if part)
+            found |= {f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source for alias in node.names}
+    return (found & modules) - {name}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = lowest[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                lowest[node] = min(lowest[node], lowest[target])
+            elif target in stack:
+                lowest[node] = min(lowest[node], index[target])
+        if lowest[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_no_modules_import_each_other_in_a_circle_not_even_for_annotations():
+    # Given every module of the engine and of tracking, with every import each one makes
+    paths = [path for package in ("jobsapp", "tracking") for path in (ROOT / package).rglob("*.py") if "migrations" not in path.parts]
+    modules = {module_name(path) for path in paths}
+    graph = {module_name(path): imported_modules(path, modules) for path in paths}
+    assert graph["jobsapp.client"] >= {"jobsapp.chains", "jobsapp.registry"}  # the reading sees imports
+    assert "jobsapp.job" in graph["jobsapp.middleware"]  # ... under TYPE_CHECKING too
+    # When the circles among them are looked for
+    found = circles(graph)
+    # Then there is none: a module below another names what it needs from a lower one (the producer
+    # names a job class through registry.JobClass; tracking's models reach the launcher through their app)
+    assert found == []
