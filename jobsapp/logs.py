@@ -339,18 +339,24 @@ class JobLines:
         self._per_thread: dict[int, tuple[int, str, dict[str, Any]]] = {}
 
     def started(self, class_name: str, jid: str, queue: str) -> None:
-        self._handle(self.STARTED, (class_name, jid, queue), {"job_class": class_name, "jid": jid, "queue": queue})
+        self._handle(self.STARTED, (class_name, jid, queue))
 
     def finished(self, class_name: str, jid: str, queue: str, elapsed_seconds: float) -> None:
-        milliseconds = round(elapsed_seconds * 1000, 1)
-        fields = {"job_class": class_name, "jid": jid, "queue": queue, "elapsed_ms": milliseconds}
-        self._handle(self.FINISHED, (class_name, jid, queue, milliseconds), fields)
+        self._handle(self.FINISHED, (class_name, jid, queue, round(elapsed_seconds * 1000, 1)))
 
-    def _handle(self, message: str, args: tuple[Any, ...], fields: dict[str, Any]) -> None:
+    @staticmethod
+    def _fields(args: tuple[Any, ...]) -> dict[str, Any]:
+        """The ``extra`` fields of a line: its class, jid, queue and, when done, ``elapsed_ms``."""
+        fields = {"job_class": args[0], "jid": args[1], "queue": args[2]}
+        if len(args) > 3:
+            fields["elapsed_ms"] = args[3]
+        return fields
+
+    def _handle(self, message: str, args: tuple[Any, ...]) -> None:
         nanoseconds = time.time_ns()
         direct = self._direct_handlers()
         if direct is not None:  # only this module's handlers and formatters: the line, without a record
-            self._write_direct(direct, nanoseconds, message % args, fields)
+            self._write_direct(direct, nanoseconds, message % args, args)
             return
         caller = sys._getframe(2)  # the caller of started() or finished()
         record = _new_record()
@@ -366,7 +372,7 @@ class JobLines:
         values["created"] = nanoseconds / 1e9
         values["msecs"] = (nanoseconds % 1_000_000_000) // 1_000_000 + 0.0
         values["relativeCreated"] = (nanoseconds - logging._startTime) / 1e6  # type: ignore[attr-defined]  # as LogRecord's
-        values.update(fields)
+        values.update(self._fields(args))
         self.logger.handle(record)
 
     def _direct_handlers(self) -> list[BufferedStreamHandler] | None:
@@ -385,13 +391,14 @@ class JobLines:
                     continue
                 if type(handler) is not BufferedStreamHandler or type(handler.formatter) not in _DIRECT_FORMATTERS:
                     return None
-                if any(type(each) is not JobContextFilter for each in handler.filters):
-                    return None
+                for each in handler.filters:  # a loop, not any(): this runs twice per job
+                    if type(each) is not JobContextFilter:
+                        return None
                 found.append(handler)
             logger = logger.parent if logger.propagate else None
         return found if found else None  # none: logging's last resort decides, as for any record
 
-    def _write_direct(self, handlers: list[BufferedStreamHandler], nanoseconds: int, message: str, fields: dict[str, Any]) -> None:
+    def _write_direct(self, handlers: list[BufferedStreamHandler], nanoseconds: int, message: str, args: tuple[Any, ...]) -> None:
         """The lines ``TextFormatter`` and ``JsonFormatter`` would make of this record."""
         stamp = utc_stamp(nanoseconds // 1_000_000_000, (nanoseconds % 1_000_000_000) // 1_000_000)
         thread = threading.current_thread().name
@@ -401,7 +408,7 @@ class JobLines:
             if type(handler.formatter) is JsonFormatter:
                 if json_text is None:
                     document = {"time": stamp, "pid": _process_id, "thread": thread, "level": "INFO", "logger": name, "message": message}
-                    json_text = _encode_json({**document, **fields})
+                    json_text = _encode_json({**document, **self._fields(args)})
                 handler.append_line(json_text, may_wait=True)
             else:
                 if text is None:
