@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 
 #: Generous: the job must stop long before it would have ended by itself (60 s); how fast it
 #: stops is measured by bench/cancel_latency.py, not asserted here.
-STOPS_WITHIN_SECONDS = 10.0
+STOPS_WITHIN_SECONDS = 20.0
 
 
 def _record(jid: str) -> results.JobResult:
@@ -50,7 +50,8 @@ def _ended_cancelled(jid: str) -> bool:
 def _nothing_left(redis, worker) -> None:
     assert redis.zcard("retry") == 0, "a cancelled job is never retried"
     assert redis.zcard("dead") == 0, "a cancelled job is not sent to the dead set"
-    wait_until(lambda: redis.llen(f"jobsapp:inflight:{worker.identity}") == 0, message="the cancelled job was acknowledged")
+    inflight = f"jobsapp:inflight:{worker.identity}"
+    wait_until(lambda: redis.llen(inflight) == 0, timeout_seconds=30, message="the cancelled job was acknowledged")
 
 
 def _cancel_when_started(ledger, ledger_id: str, jid: str) -> float:
@@ -70,7 +71,7 @@ def test_a_job_looping_in_python_is_interrupted_and_ends_cancelled(redis, ledger
     # Then its code stops at once, it never returns normally, and it ends cancelled
     wait_until(lambda: ledger.hexists(STOPPED_AT, "spin"), timeout_seconds=STOPS_WITHIN_SECONDS, message="the loop stopped")
     assert float(ledger.hget(STOPPED_AT, "spin")) - asked_at < STOPS_WITHIN_SECONDS
-    wait_until(lambda: _ended_cancelled(jid), message="its record says cancelled")
+    wait_until(lambda: _ended_cancelled(jid), timeout_seconds=30, message="its record says cancelled")
     assert not ledger.hexists(DONE, "spin")
     assert ledger.hget(ATTEMPTS, "spin") == b"1"
     assert _record(jid).error_class == "jobsapp.errors.JobCancelled"
@@ -89,7 +90,7 @@ def test_an_async_job_has_its_coroutine_cancelled(redis, ledger, start_worker):
     _cancel_when_started(ledger, "await", jid)
     # Then its coroutine stops and the job ends cancelled, once
     wait_until(lambda: ledger.hexists(STOPPED_AT, "await"), timeout_seconds=STOPS_WITHIN_SECONDS, message="the coroutine stopped")
-    wait_until(lambda: _ended_cancelled(jid), message="its record says cancelled")
+    wait_until(lambda: _ended_cancelled(jid), timeout_seconds=30, message="its record says cancelled")
     assert not ledger.hexists(DONE, "await")
     assert ledger.hget(ATTEMPTS, "await") == b"1"
     _nothing_left(redis, worker)
