@@ -1,7 +1,8 @@
 """Cancelling jobs: how a cancel request reaches the worker process that runs (or will run) the job.
 
 The transport is Redis pub/sub, as asynq's ``asynq:cancel`` channel: ``request`` adds the jids to
-``jobsapp:cancelled`` (a ZSET, jid -> when it was asked, trimmed to ``RETENTION_SECONDS``) and then
+``jobsapp:cancelled`` (a ZSET, jid -> when it was asked, trimmed to ``RETENTION_SECONDS`` and the
+newest ``REMEMBERED_MAX``) and then
 PUBLISHes them on ``jobsapp:cancel``. Every worker process listens on that channel in its own
 thread (``jobsapp.worker.cancel_listener``, ``jobsapp.cancel-listener``) and hands each jid to its
 processor, which interrupts the job if one of its threads runs it, and otherwise remembers the jid
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
 #: How long a cancel request is remembered (the ZSET and each process's memory of it): a job taken
 #: by a process within that time after its cancel is cancelled when it starts.
 RETENTION_SECONDS = 24 * 3600.0
+#: The most cancel requests a worker process remembers (the oldest are forgotten first): about
+#: 13 MB per process at most, the jids of jobs it does not run (yet).
+REMEMBERED_MAX = 50_000
 #: The most jids in one message.
 JIDS_PER_MESSAGE = 500
 
@@ -55,6 +59,7 @@ def request(client: redis.Redis, jids: Iterable[str], *, at: float | None = None
     pipe = client.pipeline(transaction=False)
     pipe.zadd(keys.CANCELLED, dict.fromkeys(unique_jids, timestamp))
     pipe.zremrangebyscore(keys.CANCELLED, "-inf", f"({timestamp - RETENTION_SECONDS!r}")
+    pipe.zremrangebyrank(keys.CANCELLED, 0, -(REMEMBERED_MAX + 1))  # the newest REMEMBERED_MAX, as each process keeps
     pipe.execute()
     for start in range(0, len(unique_jids), JIDS_PER_MESSAGE):
         client.publish(keys.CANCEL_CHANNEL, encode(unique_jids[start : start + JIDS_PER_MESSAGE]))
@@ -83,4 +88,4 @@ def recent(client: redis.Redis, *, since: float) -> dict[str, float]:
     return {(member.decode("utf-8", "replace") if isinstance(member, bytes) else str(member)): float(score) for member, score in members}
 
 
-__all__ = ["JIDS_PER_MESSAGE", "RETENTION_SECONDS", "decode", "encode", "recent", "request"]
+__all__ = ["JIDS_PER_MESSAGE", "REMEMBERED_MAX", "RETENTION_SECONDS", "decode", "encode", "recent", "request"]

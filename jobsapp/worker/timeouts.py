@@ -66,7 +66,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-from ..cancellation import RETENTION_SECONDS
+from ..cancellation import REMEMBERED_MAX, RETENTION_SECONDS
 from ..clock import SYSTEM_CLOCK, Clock
 from ..component import Component
 from ..errors import JobCancelled, JobsError, JobTimeout
@@ -225,9 +225,9 @@ class Watchdog(Component):
             now = self.clock.monotonic()
             self._cancel_requests.pop(jid, None)
             self._cancel_requests[jid] = now
-            while self._cancel_requests:  # oldest first: forget what is past the retention
+            while self._cancel_requests:  # oldest first: forget what is past the retention or the cap
                 oldest, asked_at = next(iter(self._cancel_requests.items()))
-                if asked_at >= now - RETENTION_SECONDS:
+                if asked_at >= now - RETENTION_SECONDS and len(self._cancel_requests) <= REMEMBERED_MAX:
                     break
                 del self._cancel_requests[oldest]
             for guard in self._guards.values():
