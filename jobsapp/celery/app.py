@@ -14,33 +14,64 @@ not used.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
 from django.utils.module_loading import import_string
 
-from .. import client
+from . import current
 from . import task as task  # ``from celery.app import task`` (the module), as the tasks guide imports it
-from .control import revoke
+from .canvas import HONOURED_OPTIONS, push_by_name
+from .control import Control
 from .decorators import TaskDecorator, shared_task
+from .exceptions import NotProvided
+from .lineage import request_fields
 from .options import check_options, warn_unsupported
-from .result import AsyncResult
+from .result import AsyncResult, ResultBackend
 from .result import AsyncResult as _AsyncResult  # the class, where a method named AsyncResult shadows it
 from .schedules import declare_beat_schedule
-from .task import ENGINE_RETRY_LIMIT, EXPIRES_KEY, RESULT_EXPIRES_SECONDS, _epoch, _jsonable, _tasks
 from .task import Task as _Task  # the class, where an attribute named Task shadows it
+from .task import _tasks
+from .values import RESULT_EXPIRES_SECONDS
 
 #: The ``app.conf`` settings that change what runs (the others are kept, unused).
 _SCHEDULE_SETTINGS = frozenset({"beat_schedule", "timezone"})
 
+#: What ``app.conf`` answers for Celery settings never set (Celery's defaults). Of these only
+#: ``task_always_eager`` changes anything: tasks then run in the caller's thread (``apply``).
+DEFAULTS: dict[str, Any] = {
+    "broker_url": None,
+    "result_backend": None,
+    "broker_pool_acquire_timeout": None,
+    "broker_connection_retry_on_startup": None,
+    "result_backend_transport_options": {},
+    "broker_transport_options": {},
+    "result_extended": False,
+    "result_expires": RESULT_EXPIRES_SECONDS,
+    "task_always_eager": False,
+    "task_eager_propagates": False,
+    "task_store_eager_result": False,
+    "task_allow_error_cb_on_chord_header": False,
+    "task_protocol": 2,
+    "task_serializer": "json",
+    "result_serializer": "json",
+    "accept_content": ["json"],
+    "task_default_queue": "default",
+    "task_create_missing_queues": True,
+    "task_send_sent_event": False,
+    "task_publish_retry": True,
+    "task_publish_retry_policy": {},
+    "task_track_started": True,
+    "task_ignore_result": False,
+    "worker_prefetch_multiplier": 1,
+    "timezone": None,
+    "enable_utc": True,
+    "beat_schedule": {},
+}
 
-class _Control:
-    """``app.control``: only ``revoke`` (waiting tasks; running ones too with ``terminate=True``)."""
-
-    @staticmethod
-    def revoke(task_id: str | list[str], *, terminate: bool = False, **options: Any) -> int:
-        return revoke(task_id, terminate=terminate, **options)
+current_app = current.current_app
 
 
 class Settings(dict[str, Any]):
@@ -50,6 +81,8 @@ class Settings(dict[str, Any]):
         try:
             return self[name]
         except KeyError:
+            if name in DEFAULTS:
+                return copy.copy(DEFAULTS[name])
             raise AttributeError(name) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -77,8 +110,46 @@ class Settings(dict[str, Any]):
             declare_beat_schedule(beat_schedule, timezone=str(timezone) if timezone else None)
 
 
+#: Parts of a Celery app that are kombu's broker connections and AMQP machinery.
+_BROKER_PARTS = frozenset(
+    {
+        "amqp",
+        "connection",
+        "connection_for_read",
+        "connection_for_write",
+        "producer_pool",
+        "pool",
+        "broker_connection",
+        "events",
+        "producer_or_acquire",
+    }
+)
+
+
+class BrokerPartNotProvided(NotProvided):
+    """A Celery app's broker connection or AMQP part: there is none (pushes go through the engine's Redis pool)."""
+
+
+def __getattr__(name: str) -> Any:
+    """``celery.app.trace`` (Celery's internal tracer and its log formats) is not provided."""
+    if name == "trace":
+        raise NotImplementedError(
+            "celery.app.trace is Celery's internal tracer: runworkers runs tasks itself (see jobsapp.celery.trace); "
+            "worker log lines are the engine's (docs/logging.md)"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class Celery:
     """A stand-in for ``celery.Celery`` in a project that moved to jobsapp."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _BROKER_PARTS:
+            raise BrokerPartNotProvided(
+                f"app.{name} is part of Celery's broker connection (kombu's connection pool, AMQP): jobsapp pushes through "
+                "its own Redis pool; call apply_async / send_task instead"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     #: The base class of tasks (``class MyTask(app.Task)``).
     Task: type[_Task[Any, Any]] = _Task
@@ -92,8 +163,11 @@ class Celery:
         **options: Any,
     ) -> None:
         self.main = main
+        current.set_current_app(self)  # each new app is the current one, as Celery's
         self.conf = Settings()
-        self.control = _Control()
+        self.control = Control()
+        #: The result store, read as Celery's ``app.backend``.
+        self.backend = ResultBackend()
         #: The default base of this app's tasks: a Task subclass, or its "module:Class" path (read at the first @app.task).
         self.task_cls = task_cls
         renamed = type(self).gen_task_name is not Celery.gen_task_name
@@ -127,13 +201,23 @@ class Celery:
         """A task's default name: ``module.name`` (a subclass may override it, as Celery's)."""
         return f"{module}.{name}"
 
-    def register_task(self, task: Any, **options: Any) -> Any:
-        """Refused: a class-based task (a ``Task`` subclass defining ``run``) is not supported;
-        decorate a function, with ``base=`` for shared behaviour."""
-        raise TypeError(
-            "app.register_task() is not supported by jobsapp.celery: define the task with @app.task / @shared_task "
-            "on a module-level function (base=YourTaskClass for shared attributes and handlers)"
-        )
+    def register_task(self, task: Any, autoregister: bool = True, **options: Any) -> Any:
+        """Register a class-based task (an instance, or the class, of a ``Task`` subclass defining
+        ``run``), as Celery's: named by its ``name`` attribute, else ``module.ClassName``. Every
+        process that runs it must register it too (a worker imports the module that does)."""
+        instance = task() if isinstance(task, type) else task
+        if not isinstance(instance, _Task):
+            raise TypeError(f"register_task() takes a jobsapp.celery.Task subclass or instance, not {task!r}")
+        kind = type(instance)
+        run = kind.__dict__.get("run") or getattr(kind, "run", None)
+        if run is None or run is _Task.run:
+            raise TypeError(f"{kind.__qualname__} defines no run() method: a class-based task's body is its run()")
+        if not instance.name:
+            kind.name = self.gen_task_name(kind.__name__, kind.__module__)
+        kind.function = staticmethod(run)  # its signature checks calls (bound: the task is its first argument)
+        kind.bind = True
+        instance._register(explicit_name=True)
+        return instance
 
     @property
     def tasks(self) -> dict[str, _Task[Any, Any]]:
@@ -164,23 +248,22 @@ class Celery:
         **options: Any,
     ) -> _AsyncResult[Any]:
         """Push task ``name`` for the workers that define it; this process needs not."""
+        honoured = {key: options.pop(key) for key in list(options) if key in HONOURED_OPTIONS and key not in ("link", "link_error")}
         check_options(options, where="send_task()")
-        item: dict[str, Any] = {"class": name, "args": _jsonable(list(args or ())), "retry": ENGINE_RETRY_LIMIT}
-        if kwargs:
-            item["kwargs"] = _jsonable(dict(kwargs))
-        if queue:
-            item["queue"] = queue
-        if task_id:
-            item["jid"] = task_id
-        if not ignore_result:
-            item["retain"] = RESULT_EXPIRES_SECONDS
-        if expires is not None:
-            item[EXPIRES_KEY] = _epoch(expires) if isinstance(expires, dt.datetime) else _epoch(dt.datetime.now(dt.UTC)) + float(expires)
-        if eta is not None:
-            item["at"] = _epoch(eta)
-        elif countdown:
-            item["at"] = _epoch(dt.datetime.now(dt.UTC)) + float(countdown)
-        jid = client.push(item)
-        if jid is None:
-            raise RuntimeError(f"a client middleware stopped the push of {name}; nothing was enqueued")
+        jid = push_by_name(
+            name,
+            list(args or ()),
+            dict(kwargs or {}),
+            task_id=task_id or honoured.pop("task_id", None),
+            countdown=countdown,
+            eta=eta,
+            expires=expires,
+            queue=queue,
+            ignore_result=ignore_result,
+            headers=honoured.pop("headers", None),
+            request=request_fields(task_id, honoured),
+        )
         return AsyncResult(jid, task_name=name)
+
+
+current.default_app = lambda: Celery("default")

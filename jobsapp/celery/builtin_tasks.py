@@ -30,3 +30,11 @@ def celery_starmap(task: dict[str, Any], it: list[Any]) -> list[Any]:
 
 map_task: Task[Any, Any] = shared_task(name="celery.map")(celery_map)
 starmap_task: Task[Any, Any] = shared_task(name="celery.starmap")(celery_starmap)
+
+
+def celery_accumulate(*args: Any, index: int | None = None) -> Any:
+    """Its arguments (or the one at ``index``): the body ``Task.replace`` gives a group (Celery's ``celery.accumulate``)."""
+    return args[index] if index is not None else list(args)
+
+
+accumulate_task: Task[Any, Any] = shared_task(name="celery.accumulate")(celery_accumulate)

@@ -32,9 +32,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 from .. import client, registry
-from ..payload import now
+from ..payload import new_jid, now
+from . import current, lineage
+from .exceptions import NotProvided
 from .options import check_options
 from .result import AsyncResult, GroupResult, ResultBase
+from .values import RESULT_EXPIRES_SECONDS, _jsonable
 
 Returned = TypeVar("Returned", covariant=True)
 
@@ -52,6 +55,16 @@ HONOURED_OPTIONS = (
     "link_error",
     "soft_time_limit",
     "time_limit",
+    # the request's lineage and message properties (lineage.py)
+    "root_id",
+    "parent_id",
+    "replaced_task_nesting",
+    "group_index",
+    "app_id",
+    "correlation_id",
+    "reply_to",
+    "content_type",
+    "content_encoding",
 )
 
 #: Payload extras (the worker side reads them in ``jobsapp.celery.follow_up``).
@@ -64,8 +77,6 @@ CHORD_OPTION = "chord"
 EXPIRES_KEY = "celery_expires_at"  # epoch seconds after which the task is revoked unrun
 HEADERS_KEY = "celery_headers"
 
-#: How long results are kept (Celery's ``result_expires`` default: one day).
-RESULT_EXPIRES_SECONDS = 24 * 3600
 #: The engine's retry limit for Celery jobs: the task itself enforces ``max_retries``.
 ENGINE_RETRY_LIMIT = 10_000
 
@@ -86,15 +97,6 @@ def _epoch(when: float | dt.datetime) -> float:
     if isinstance(when, dt.datetime):
         return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
     return float(when)
-
-
-def _jsonable(value: Any) -> Any:
-    """Celery's JSON serializer's view: tuples become lists (anything else is checked at push)."""
-    if isinstance(value, tuple | list):
-        return [_jsonable(element) for element in value]
-    if isinstance(value, dict):
-        return {key: _jsonable(element) for key, element in value.items()}
-    return value
 
 
 def reprcall(name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> str:
@@ -170,13 +172,31 @@ class Signature(dict[str, Any], Generic[Returned]):
     def args(self) -> tuple[Any, ...]:
         return tuple(self.get("args") or ())
 
+    @args.setter
+    def args(self, value: Sequence[Any]) -> None:
+        self["args"] = list(value)
+
     @property
     def kwargs(self) -> dict[str, Any]:
         return dict(self.get("kwargs") or {})
 
+    @kwargs.setter
+    def kwargs(self, value: dict[str, Any]) -> None:
+        self["kwargs"] = dict(value)
+
     @property
     def options(self) -> dict[str, Any]:
         return dict(self.get("options") or {})
+
+    @options.setter
+    def options(self, value: dict[str, Any]) -> None:
+        self["options"] = dict(value)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], app: Any = None) -> Signature[Any]:
+        """The signature object of a signature dict (one passed as a task argument comes back as a
+        dict), of the class its ``subtask_type`` names, nested canvases included."""
+        return _signature_from_dict(d)
 
     @property
     def immutable(self) -> bool:
@@ -249,6 +269,15 @@ class Signature(dict[str, Any], Generic[Returned]):
     def __or__(self, other: Signature[Any]) -> Signature[Any]:  # type: ignore[override]  # Celery's | builds a chain, not a merged dict
         return chain(self, other)
 
+    def stamp(self, visitor: Any = None, append_stamps: bool = False, **headers: Any) -> None:
+        """Stamping is not provided (``NotProvided``, a ``NotImplementedError``): see ``StampingVisitor``."""
+        raise NotProvided(
+            "stamping (Signature.stamp, StampingVisitor, revoke_by_stamped_headers) is not provided by jobsapp.celery: "
+            "pass the values as task arguments or headers= instead"
+        )
+
+    stamp_links = stamp
+
     def __invert__(self) -> Returned:
         """``sig.apply_async().get()`` (a shell shortcut, as Celery's)."""
         return self.apply_async().get()
@@ -273,10 +302,19 @@ class Signature(dict[str, Any], Generic[Returned]):
             if name_of_list in options:
                 options[name_of_list] = [*_list_option(self.options.get(name_of_list)), *_list_option(options[name_of_list])]
         clone = self.clone(args, kwargs, **options)
+        if always_eager():
+            return apply_eagerly(clone, [])
         _freeze_all(clone)
         result = _result_for(clone, None)
         push_step(clone, [], rest=[])
         return result  # type: ignore[return-value]  # a task's result is an AsyncResult
+
+    def apply(self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, **options: Any) -> Any:
+        """Run here and now, in this thread (Celery's eager ``apply``): an ``EagerResult`` (a
+        ``GroupResult`` of them for a group; a chain's is its last task's, ``parent`` walking back)."""
+        if self.subtask_type:  # a chain, group or chord: partial args go to its first tasks
+            return apply_eagerly(copy.deepcopy(dict(self)), list(args or ()))
+        return apply_eagerly(self.clone(args, kwargs, **options), [])
 
     def delay(self, *partial_args: Any, **partial_kwargs: Any) -> AsyncResult[Returned]:
         return self.apply_async(partial_args, partial_kwargs)
@@ -309,6 +347,9 @@ def from_dict(data: dict[str, Any]) -> Signature[Any]:
     dict.__init__(made, data)
     made.setdefault("options", {})
     return made
+
+
+_signature_from_dict = from_dict
 
 
 def signature(varies: Any, *args: Any, **kwargs: Any) -> Signature[Any]:
@@ -472,6 +513,7 @@ def _push_task(step: dict[str, Any], prepend: Sequence[Any], *, rest: Sequence[d
         "chord": chord if chord is not None else options.get(CHORD_OPTION),
         "link": _list_option(options.get("link")),
         "link_error": _list_option(options.get("link_error")),
+        "request": lineage.request_fields(options.get("task_id"), options),
     }
     if task is not None:
         limits = {name: options[name] for name in ("soft_time_limit", "time_limit") if options.get(name) is not None}
@@ -495,9 +537,11 @@ def build_item(
     chord: dict[str, Any] | None = None,
     link: list[dict[str, Any]] | None = None,
     link_error: list[dict[str, Any]] | None = None,
+    request: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Sidekiq item of one Celery task call (``at`` for a deferred one)."""
     item: dict[str, Any] = {"class": name, "args": _jsonable(list(args)), "retry": ENGINE_RETRY_LIMIT}
+    item[lineage.REQUEST_KEY] = request if request is not None else lineage.request_fields(task_id)
     if kwargs:
         item["kwargs"] = _jsonable(dict(kwargs))
     if queue:
@@ -527,9 +571,26 @@ def build_item(
 
 def push_by_name(name: str, args: Sequence[Any], kwargs: dict[str, Any], **options: Any) -> str:
     """Push task ``name`` for the workers that define it; this process needs not."""
-    jid = client.push(build_item(name, args, kwargs, **options))
+    item = build_item(name, args, kwargs, **options)
+    item.setdefault("jid", new_jid())
+    queue = str(item.get("queue") or "default")
+    message, headers = lineage.before_publish(
+        name,
+        item["jid"],
+        args,
+        kwargs,
+        queue=queue,
+        request=item[lineage.REQUEST_KEY],
+        headers=item.get(HEADERS_KEY),
+        eta=item.get("at"),
+        expires=item.get(EXPIRES_KEY),
+    )
+    if headers:
+        item[HEADERS_KEY] = headers
+    jid = client.push(item)
     if jid is None:
         raise RuntimeError(f"a client middleware stopped the push of {name}; nothing was enqueued")
+    lineage.after_publish(name, message, args, kwargs, queue=queue)
     return jid
 
 
@@ -644,7 +705,20 @@ class chain(Signature[Any]):
         self["kwargs"] = {**self["kwargs"], "tasks": steps}
         return errback
 
+    @property
+    def id(self) -> str | None:
+        """The chain's id: its last task's (None until frozen)."""
+        steps = self["kwargs"]["tasks"]
+        return from_dict(dict(steps[-1])).id if steps else None
+
     def freeze(self, _id: str | None = None, group_id: str | None = None, **options: Any) -> AsyncResult[Any]:
+        """Give every task its id now (``_id`` goes to the last task, the chain's id, as Celery's)."""
+        steps = list(self["kwargs"]["tasks"])
+        if _id is not None and steps and not steps[-1].get("subtask_type"):
+            last = from_dict(dict(steps[-1]))
+            last.set(task_id=_id)
+            steps[-1] = dict(last)
+            self["kwargs"] = {**self["kwargs"], "tasks": steps}
         _freeze_all(self)
         return _result_for(self, None)  # type: ignore[return-value]
 
@@ -673,6 +747,8 @@ class chain(Signature[Any]):
         if kwargs or options:
             steps[0] = dict(from_dict(steps[0]).clone((), kwargs, **options))
         frozen = _chain_dict(steps) if len(steps) > 1 else steps[0]
+        if always_eager():
+            return apply_eagerly(frozen, list(args or ()))
         _freeze_all(frozen)
         result = _result_for(frozen, None)
         push_step(frozen, list(args or ()), rest=[])
@@ -686,7 +762,12 @@ class group(Signature[Any]):
     """Tasks run in parallel; their values come back as a list in the group's order."""
 
     def __init__(self, *tasks: Any, **options: Any) -> None:
-        steps = _flatten(tasks)
+        steps: list[Signature[Any]] = []
+        for each in _flatten(tasks):
+            if each.subtask_type == "group":  # a group in a group is its tasks, as Celery flattens it
+                steps.extend(from_dict(dict(inner)) for inner in each["kwargs"]["tasks"])
+            else:
+                steps.append(each)
         super().__init__("celery.group", (), {"tasks": [dict(each) for each in steps]}, subtask_type="group", **options)
 
     @property
@@ -744,6 +825,12 @@ class group(Signature[Any]):
     def apply_async(
         self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, route_name: str | None = None, **options: Any
     ) -> GroupResult:
+        if len(self["kwargs"]["tasks"]) == 1:  # a one-task group is applied as that task, as Celery's
+            only = from_dict(copy.deepcopy(dict(self["kwargs"]["tasks"][0])))
+            for name in ("link", "link_error"):
+                for each in _list_option(self.options.get(name)):
+                    getattr(only, name)(from_dict(each))
+            return only.apply_async(args, kwargs, **options)  # type: ignore[return-value]
         frozen = copy.deepcopy(dict(self))
         members = []
         for each in frozen["kwargs"]["tasks"]:
@@ -752,6 +839,8 @@ class group(Signature[Any]):
                 member = member.clone((), kwargs, **options)
             members.append(dict(member))
         frozen["kwargs"]["tasks"] = members
+        if always_eager():
+            return apply_eagerly(frozen, list(args or ()))
         _freeze_all(frozen)
         result = _result_for(frozen, None)
         push_step(frozen, list(args or ()), rest=[])
@@ -837,6 +926,8 @@ class chord(Signature[Any]):
         if callback is None:
             raise ValueError("a chord needs a callback: chord(header, callback) or chord(header)(callback)")
         frozen = _chord_dict(copy.deepcopy(list(self["kwargs"]["header"])), copy.deepcopy(dict(callback)), self.options)
+        if always_eager():
+            return apply_eagerly(frozen, list(args or ()))
         _check_header(frozen["kwargs"]["header"])
         _freeze_all(frozen)
         result = _result_for(frozen, None)
@@ -919,3 +1010,68 @@ __all__ = [
     "xmap",
     "xstarmap",
 ]
+
+
+#: Celery's class behind ``chain`` (``celery.canvas._chain``).
+_chain = chain
+
+
+class StampingVisitor:
+    """Celery's stamping visitor base class. Stamping (headers stamped onto every task of a canvas,
+    revoked by stamp) is not provided: subclassing is allowed so modules that declare visitors
+    import, and making one raises ``NotImplementedError``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "stamping (StampingVisitor, Signature.stamp, revoke_by_stamped_headers) is not provided by jobsapp.celery: "
+            "pass the values as task arguments or headers= instead"
+        )
+
+
+# --- eager application --------------------------------------------------------------------
+
+
+def always_eager() -> bool:
+    """Whether the current app says ``task_always_eager`` (tasks then run in the caller's thread)."""
+    app = current.current_app()
+    return bool(app is not None and app.conf.get("task_always_eager"))
+
+
+def apply_eagerly(step: dict[str, Any], prepend: list[Any]) -> Any:
+    """Run a signature of any kind here and now (``apply``), as Celery's eager canvas does: a
+    chain passes each value on (a failed step raises, as Celery's ``chain.apply`` does on
+    ``get()``), a group runs its tasks in order, a chord gives the header's values to its body."""
+    from .result import EagerResult
+
+    kind = step.get("subtask_type")
+    options = dict(step.get("options") or {})
+    if kind == "chain":
+        result: Any = None
+        values = list(prepend)
+        for each in step["kwargs"]["tasks"]:
+            current = apply_eagerly(each, values)
+            current.parent = result
+            result = current
+            values = [current.get()]
+        if result is None:
+            raise ValueError("an empty chain has nothing to run")
+        return result
+    if kind == "group":
+        members = [apply_eagerly(each, prepend) for each in step["kwargs"]["tasks"]]
+        return GroupResult(options.get("group_id") or new_id(), members)
+    if kind == "chord":
+        header = GroupResult(options.get("group_id") or new_id(), [apply_eagerly(each, prepend) for each in step["kwargs"]["header"]])
+        body = step["kwargs"]["body"]
+        if body is None:
+            return header
+        result = apply_eagerly(body, [header.get()])
+        result.parent = header
+        return result
+    signature_step = from_dict(dict(step))
+    task = lookup_task(signature_step.task)
+    args = list(signature_step.args) if signature_step.immutable or not prepend else [*prepend, *signature_step.args]
+    eager_options = {name: options[name] for name in ("ignore_result", "headers") if name in options}
+    result = task.apply(args, signature_step.kwargs, task_id=options.get("task_id"), **eager_options)
+    for callback in _list_option(options.get("link")) if isinstance(result, EagerResult) and result.successful() else []:
+        apply_eagerly(callback, [result.get()])
+    return result

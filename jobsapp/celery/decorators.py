@@ -50,6 +50,47 @@ _TASK_OPTIONS = frozenset(
 _HANDLER_OPTIONS = frozenset({"before_start", "on_success", "on_failure", "on_retry", "after_return"})
 
 
+#: Celery's pydantic options (``pydantic=True`` and how models are validated and dumped).
+_PYDANTIC_OPTIONS = ("pydantic", "pydantic_strict", "pydantic_context", "pydantic_dump_kwargs")
+
+
+def pydantic_wrapper(
+    function: Callable[..., Any], *, strict: bool = False, context: dict[str, Any] | None = None, dump_kwargs: dict[str, Any] | None = None
+) -> Callable[..., Any]:
+    """``pydantic=True`` as Celery does it: an argument annotated with a pydantic model arrives as
+    JSON (a dict) and is validated into the model before the function runs; a model returned is
+    dumped to a dict (``model_dump(**dump_kwargs)``, JSON mode unless told otherwise)."""
+    import functools
+    import inspect
+    import typing
+
+    from pydantic import BaseModel
+
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        hints = typing.get_type_hints(function)  # at call time: string annotations resolve once the module is loaded
+        bound = signature.bind(*args, **kwargs)
+        for name, value in bound.arguments.items():
+            annotation = hints.get(name)
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel) and not isinstance(value, annotation):
+                bound.arguments[name] = annotation.model_validate(value, strict=strict, context=context)
+        returned = function(*bound.args, **bound.kwargs)
+        if isinstance(returned, BaseModel):
+            return returned.model_dump(**({"mode": "json"} if dump_kwargs is None else dump_kwargs))
+        return returned
+
+    return wrapper
+
+
+def _default_name(function: Callable[..., Any]) -> str:
+    """``module.function``; a function declared inside another one is named the same way, as Celery names it."""
+    if "<locals>" in getattr(function, "__qualname__", ""):
+        return f"{function.__module__}.{function.__name__}"
+    return dotted_path(function)
+
+
 def define(
     function: Callable[..., Any],
     *,
@@ -65,14 +106,24 @@ def define(
     base = Task if base is None else base
     if not (isinstance(base, type) and issubclass(base, Task)):
         raise TypeError(f"base= must be a subclass of jobsapp.celery.Task (class MyTask(Task): ...), not {base!r}")
+    pydantic = {name: options.pop(name) for name in _PYDANTIC_OPTIONS if name in options}
+    if pydantic.get("pydantic"):
+        runs = pydantic_wrapper(
+            function,
+            strict=bool(pydantic.get("pydantic_strict")),
+            context=pydantic.get("pydantic_context"),
+            dump_kwargs=pydantic.get("pydantic_dump_kwargs"),
+        )
+    else:
+        runs = function
     unknown = sorted(set(options) - _TASK_OPTIONS - _HANDLER_OPTIONS)
     check_options({name: options[name] for name in unknown}, where="the task decorator")
     namespace: dict[str, Any] = {
         "__module__": function.__module__,
         "__qualname__": getattr(function, "__qualname__", function.__name__),
         "__doc__": function.__doc__,
-        "function": staticmethod(function),
-        "name": options.get("name") or (namer(function.__name__, function.__module__) if namer else dotted_path(function)),
+        "function": staticmethod(runs),
+        "name": options.get("name") or (namer(function.__name__, function.__module__) if namer else _default_name(function)),
     }
     for option in _TASK_OPTIONS & set(options):
         value = options[option]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured as DjangoImproperlyConfigured
+
 from ..errors import JobsError, JobTimeout, NoRetryError
 
 
@@ -84,3 +86,14 @@ class TimeLimitExceeded(JobTimeout, CeleryError):
     """The task ran past its ``time_limit`` (the engine's ``timeout``): it fails (dead set, FAILURE).
     Raised in the task's thread like the soft limit, so code that catches every exception can
     outlive it; ``JOBSAPP["TIMEOUT_HARD_LIMIT_SECONDS"]`` then stops the worker process."""
+
+
+class ImproperlyConfigured(DjangoImproperlyConfigured, CeleryError):
+    """A task or canvas that cannot run as declared (Celery's ``ImproperlyConfigured``; also
+    Django's, so code catching either sees it)."""
+
+
+class NotProvided(NotImplementedError, AttributeError):
+    """A part of Celery this layer does not have (stamping, a broker connection): a
+    ``NotImplementedError`` saying what to do instead, and an ``AttributeError`` for code that
+    probes with ``hasattr``."""

@@ -40,6 +40,7 @@ from ..connection import get_redis
 from ..errors import PayloadTooLarge, RedisUnavailable
 from ..job import Job, sidekiq_options
 from ..payload import Item, compact_json, encode, normalize_item, now
+from . import lineage
 from .canvas import (
     CHAIN_KEY,
     CHORD_KEY,
@@ -56,6 +57,7 @@ from .canvas import (
     push_step,
     result_ids,
 )
+from .exception_fields import CHORD_DEPENDENCY_FIELD, EXCEPTION_FIELD, exception_fields
 from .exceptions import ChordError, Retry
 
 logger = logging.getLogger(__name__)
@@ -76,7 +78,7 @@ def error_fields(exception: BaseException) -> dict[str, str]:
     """A result record's error fields for ``exception`` (builtins by their bare name, as Sidekiq)."""
     kind = type(exception)
     error_class = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    return {"error_class": error_class, "error_message": str(exception)}
+    return {"error_class": error_class, "error_message": str(exception), **exception_fields(exception)}
 
 
 def record_failed(step: dict[str, Any], fields: dict[str, str], *, reason: str) -> None:
@@ -128,8 +130,8 @@ def _push_follow_ups(jid: str, item: Item, value: Any) -> None:
     if isinstance(chain, list) and chain:
         push_follow_up(chain[0], [value], rest=chain[1:])
     chord = item.get(CHORD_KEY)
-    if isinstance(chord, dict):
-        chord_part_done(chord, jid, value, queue=str(item.get("queue") or "default"))
+    if isinstance(chord, dict):  # a replacement's last task records the part of the task it replaced
+        chord_part_done(chord, str(chord.get("part") or jid), value, queue=str(item.get("queue") or "default"))
 
 
 def chord_part_done(chord: dict[str, Any], jid: str, value: Any, *, queue: str) -> None:
@@ -139,7 +141,11 @@ def chord_part_done(chord: dict[str, Any], jid: str, value: Any, *, queue: str) 
     header = chord.get("header")
     if not chord_id or not isinstance(header, list):
         return
-    unlock = normalize_item({"class": CHORD_UNLOCK, "args": [chord], "queue": queue, "retry": ENGINE_RETRY_LIMIT}, timestamp=now())
+    lineage_now = lineage.current() or {}
+    # the callback descends from the header task that completes the chord, as in Celery
+    completed = {**chord, "completed_by": jid, "root_id": lineage_now.get("root_id") or chord.get("root_id")}
+    completed.pop("part", None)
+    unlock = normalize_item({"class": CHORD_UNLOCK, "args": [completed], "queue": queue, "retry": ENGINE_RETRY_LIMIT}, timestamp=now())
     unlock["enqueued_at"] = unlock["created_at"]
     try:
         unlock_json = encode(unlock)
@@ -179,7 +185,8 @@ class ChordUnlock(Job):
             )
             return
         values = [json.loads(raw) for raw in stored if raw is not None]
-        push_follow_up(body, [values])
+        with lineage.publishing_from(chord.get("root_id"), chord.get("completed_by")):
+            push_follow_up(body, [values])
 
 
 # --- failure ---------------------------------------------------------------------------------
@@ -211,7 +218,11 @@ def _fail_chord(chord: dict[str, Any], task_id: str, fields: dict[str, str]) -> 
     if not isinstance(body, dict):
         return
     error = ChordError(f"Dependency {task_id} raised {fields['error_class']}({fields['error_message']!r})")
-    record_failed(body, error_fields(error), reason="dependency_failed")
+    # the callback's result raises a ChordError that is also the header task's own exception
+    # (result.chord_error): ``except ChordError`` (the canvas guide) and ``except HeaderError``
+    # (Celery's Redis backend, its integration suite) both catch it
+    chord_fields = {**error_fields(error), CHORD_DEPENDENCY_FIELD: fields.get(EXCEPTION_FIELD, "")}
+    record_failed(body, chord_fields, reason="dependency_failed")
     body_ids = result_ids(body)
     body_errbacks = (body.get("options") or {}).get("link_error")
     if body_ids and isinstance(body_errbacks, list):

@@ -22,7 +22,6 @@ IGNORED_OPTIONS: dict[str, str] = {
     "acks_on_failure_or_timeout": "a failed job is filed in retry or dead, never lost",
     "reject_on_worker_lost": "jobs of a dead worker are always recovered",
     "rate_limit": "use jobsapp.limiter or JOBSAPP['QUEUE_LIMITS']",
-    "priority": "the engine orders work by queue: use a queue per priority",
     "exchange": "there are no AMQP exchanges: queue= is the only routing",
     "routing_key": "there are no AMQP routing keys: queue= is the only routing",
     "producer": "pushes go through the engine's Redis pool",
@@ -45,9 +44,7 @@ IGNORED_OPTIONS: dict[str, str] = {
 }
 
 #: Refused with TypeError, with why: honouring them silently would change what the task receives.
-REFUSED_OPTIONS: dict[str, str] = {
-    "pydantic": "arguments are JSON-native values; the task would receive dicts, not models (validate them in the task)",
-}
+REFUSED_OPTIONS: dict[str, str] = {}
 
 
 _PACKAGE_DIRECTORY = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -74,9 +71,17 @@ def warn_unsupported(option: str, reason: str | None = None) -> None:
     warnings.warn(f"jobsapp.celery ignores the Celery option {option!r}: {why}", RuntimeWarning, stacklevel=_user_stacklevel())
 
 
+#: Refused with NotImplementedError: Celery options whose support is still to come.
+NOT_YET_OPTIONS: dict[str, str] = {
+    "priority": "task priorities are not supported yet: use a queue per priority and weight it (runworkers -q critical,3 -q default)",
+}
+
+
 def check_options(options: dict[str, object], *, where: str) -> None:
     """Warn once for each ignored option; TypeError for an option Celery does not have either."""
     for option in options:
+        if option in NOT_YET_OPTIONS:
+            raise NotImplementedError(f"{where}: the Celery option {option!r} is refused: {NOT_YET_OPTIONS[option]}")
         if option in IGNORED_OPTIONS:
             warn_unsupported(option)
         elif option in REFUSED_OPTIONS:

@@ -15,9 +15,14 @@ import time
 from collections.abc import Iterator
 from typing import Any, Generic, Literal, TypeVar
 
-from .. import results
-from .exceptions import CeleryError, TaskFailure, TaskRevokedError, TimeoutError
+from .. import keys, result_writer, results
+from ..connection import get_redis
+from ..payload import compact_json
+from . import exception_fields
+from .exceptions import CeleryError, ChordError, TaskFailure, TaskRevokedError, TimeoutError
 from .trace import inside_worker_task
+from .utils.serialization import rebuild_exception
+from .values import RESULT_EXPIRES_SECONDS, _jsonable, decoded
 
 State = Literal["PENDING", "STARTED", "RETRY", "FAILURE", "SUCCESS"]
 
@@ -40,13 +45,34 @@ _STATES: dict[str, str] = {
     results.FAILED: FAILURE,
 }
 
+#: The result record field naming the task that replaced this one (replacing.py), and how many
+#: replacements a read follows.
+REPLACED_FIELD = "celery_replaced_by"
+_MAX_REPLACEMENTS = 100
+
 REVOKED_ERROR = f"{TaskRevokedError.__module__}.{TaskRevokedError.__qualname__}"
 #: A record's reason when the task was cancelled while it ran (``revoke(terminate=True)``, ``jobsapp.api.cancel``).
 CANCELLED_REASON = "cancelled"
 
 
+def _stored_exception(task_id: str) -> dict[str, Any] | None:
+    """The exception a task's record keeps in Celery's shape (exception_fields.py), if any."""
+    return exception_fields.parse(get_redis().hget(keys.result(task_id), exception_fields.EXCEPTION_FIELD))
+
+
 def _exception_for(record: results.JobResult) -> BaseException:
-    """The task's exception, rebuilt without importing anything."""
+    """The task's exception, rebuilt with its arguments without importing anything."""
+    if record.error_class == REVOKED_ERROR:
+        return TaskRevokedError(record.error_message or "revoked")
+    stored = _stored_exception(record.jid) if record.jid else None
+    if stored is not None:
+        error = rebuild_exception(stored["exc_module"], stored["exc_type"], stored.get("exc_message") or [], record.error_message)
+        if isinstance(error, ChordError):
+            dependency = exception_fields.parse(get_redis().hget(keys.result(record.jid), exception_fields.CHORD_DEPENDENCY_FIELD))
+            if dependency is not None:
+                cause = rebuild_exception(dependency["exc_module"], dependency["exc_type"], dependency.get("exc_message") or [])
+                return chord_error(str(error), cause)
+        return error
     path = record.error_class
     module_name, _, class_name = path.rpartition(".")
     candidate: Any = getattr(builtins, path, None) if not module_name else getattr(sys.modules.get(module_name), class_name, None)
@@ -60,6 +86,30 @@ def _exception_for(record: results.JobResult) -> BaseException:
         except (TypeError, ValueError):  # a constructor that wants other arguments: the generic error below
             return TaskFailure(path, record.error_message)
     return TaskFailure(path, record.error_message)
+
+
+_chord_error_classes: dict[type[BaseException], type[ChordError]] = {}
+
+
+def chord_error(message: str, cause: BaseException) -> ChordError:
+    """A ``ChordError`` that is also an instance of the failed header task's exception class (when
+    the two classes can be combined), its ``__cause__`` that exception: Celery's canvas guide
+    catches ``ChordError``, code written against Celery's Redis backend catches the header's own
+    exception, and both work."""
+    kind = type(cause)
+    combined: type[ChordError] | None = _chord_error_classes.get(kind)
+    if combined is None and isinstance(cause, Exception) and not isinstance(cause, ChordError):
+        try:
+            combined = type(
+                f"ChordError[{kind.__qualname__}]", (ChordError, kind), {"__init__": ChordError.__init__, "__str__": ChordError.__str__}
+            )
+        except TypeError:  # classes whose instance layouts cannot be combined (some builtins)
+            combined = None
+        if combined is not None:
+            _chord_error_classes[kind] = combined
+    error = (combined or ChordError)(message)
+    error.__cause__ = cause
+    return error
 
 
 def _reports_own_state(record: results.JobResult) -> bool:
@@ -106,8 +156,23 @@ class AsyncResult(ResultBase, Generic[Returned]):
     def task_id(self) -> str:
         return self.id
 
+    @property
+    def backend(self) -> ResultBackend:
+        """The result store, as Celery's ``result.backend``."""
+        return ResultBackend()
+
     def _record(self) -> results.JobResult | None:
-        return results.get(self.id)
+        """The task's result record; for a task replaced by others (``Task.replace``), the record
+        of the task whose result stands for it."""
+        record = results.get(self.id)
+        for _ in range(_MAX_REPLACEMENTS):
+            if record is None or not record.ignored:
+                return record
+            replaced_by = get_redis().hget(keys.result(record.jid or self.id), REPLACED_FIELD)
+            if not replaced_by:
+                return record
+            record = results.get(replaced_by.decode() if isinstance(replaced_by, bytes) else str(replaced_by))
+        return record
 
     @property
     def state(self) -> State:
@@ -138,9 +203,9 @@ class AsyncResult(ResultBase, Generic[Returned]):
         if record is None:
             return None  # type: ignore[return-value]
         if _reports_own_state(record):
-            return record.custom_meta  # update_state's meta
+            return decoded(record.custom_meta)  # update_state's meta
         if record.succeeded:
-            return record.value
+            return decoded(record.value)
         if record.error_class and record.status in (results.FAILED, results.RETRYING):
             return _exception_for(record)
         return None  # type: ignore[return-value]
@@ -170,10 +235,10 @@ class AsyncResult(ResultBase, Generic[Returned]):
             record = self._record()
             if record is not None and record.ignored:  # Ignore: only a SUCCESS it stored itself is an outcome
                 if record.custom_state == SUCCESS:
-                    return record.custom_meta
+                    return decoded(record.custom_meta)
             elif record is not None and record.ready:
                 if record.succeeded:
-                    return record.value
+                    return decoded(record.value)
                 error = _exception_for(record)
                 if propagate:
                     raise error
@@ -220,25 +285,34 @@ class AsyncResult(ResultBase, Generic[Returned]):
             pending[:0] = list(node.children or [])
 
 
-class GroupResult(AsyncResult[list[Any]]):
-    """The results of a group, in the group's order; ``get()`` returns their values as a list."""
+class ResultSet(ResultBase):
+    """Several results handled as one (Celery's ``ResultSet``): ``get()`` returns their values in order."""
 
-    def __init__(self, id: str | None = None, results: list[AsyncResult[Any]] | None = None, **kwargs: Any) -> None:
-        super().__init__(id or "", **kwargs)
-        self.results: list[AsyncResult[Any]] = list(results or [])
+    def __init__(self, results: list[Any] | None = None, app: Any = None, ready_barrier: Any = None, **kwargs: Any) -> None:
+        self.results: list[Any] = list(results or [])
 
-    def __iter__(self) -> Iterator[AsyncResult[Any]]:
+    def __iter__(self) -> Iterator[Any]:
         return iter(self.results)
+
+    @property
+    def backend(self) -> ResultBackend:
+        """The result store, as Celery's ``result.backend``."""
+        return ResultBackend()
 
     def __len__(self) -> int:
         return len(self.results)
 
-    def __getitem__(self, index: int) -> AsyncResult[Any]:
+    def __getitem__(self, index: int) -> Any:
         return self.results[index]
 
-    @property
-    def children(self) -> list[AsyncResult[Any]]:  # a group's children are its tasks
-        return self.results
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: [{', '.join(each.id for each in self.results)}]>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ResultSet) and other.results == self.results
+
+    def __hash__(self) -> int:
+        return hash(tuple(each.id for each in self.results))
 
     @property
     def state(self) -> State:
@@ -249,7 +323,9 @@ class GroupResult(AsyncResult[list[Any]]):
             return SUCCESS
         return STARTED if any(state != PENDING for state in states) else PENDING
 
-    status = state
+    @property
+    def status(self) -> State:
+        return self.state
 
     def ready(self) -> bool:
         return all(each.ready() for each in self.results)
@@ -269,57 +345,31 @@ class GroupResult(AsyncResult[list[Any]]):
         return not self.ready()
 
     def supports_native_join(self) -> bool:
-        return False
+        return True
 
-    def add(self, result: AsyncResult[Any]) -> None:
+    def add(self, result: Any) -> None:
         """Add ``result`` to the set (once)."""
         if result not in self.results:
             self.results.append(result)
 
-    def discard(self, result: AsyncResult[Any]) -> None:
+    def remove(self, result: Any) -> None:
+        """Remove ``result`` (KeyError when it is not in the set, as Celery's)."""
+        if result not in self.results:
+            raise KeyError(result)
+        self.results.remove(result)
+
+    def discard(self, result: Any) -> None:
         """Remove ``result`` from the set, if there."""
         if result in self.results:
             self.results.remove(result)
 
-    def update(self, results: list[AsyncResult[Any]]) -> None:
+    def update(self, results: Any) -> None:
         """Add each of ``results`` not already in the set."""
         for each in results:
             self.add(each)
 
     def clear(self) -> None:
         self.results.clear()
-
-    def iterate(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5) -> Iterator[Any]:
-        """Each task's value, in order, as it becomes ready."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for each in self.results:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            yield each.get(timeout=remaining, propagate=propagate, interval=interval)
-
-    def get(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5, **options: Any) -> list[Any]:
-        """Every task's value, in order (the first error raised with ``propagate``)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        values = []
-        for each in self.results:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            values.append(each.get(timeout=remaining, propagate=propagate, interval=interval))
-        return values
-
-    join = get
-    join_native = get
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, GroupResult) and other.id == self.id and other.results == self.results
-
-    def __hash__(self) -> int:
-        return hash(self.id)
-
-    def __repr__(self) -> str:
-        return f"<GroupResult: {self.id} [{', '.join(each.id for each in self.results)}]>"
-
-    @property
-    def result(self) -> list[Any]:
-        return [each.result for each in self.results]
 
     def forget(self) -> None:
         for each in self.results:
@@ -330,6 +380,66 @@ class GroupResult(AsyncResult[list[Any]]):
     ) -> None:
         for each in self.results:
             each.revoke(terminate=terminate, signal=signal)
+
+    def iterate(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5) -> Iterator[Any]:
+        """Each task's value, in order, as it becomes ready."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for each in self.results:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            yield each.get(timeout=remaining, propagate=propagate, interval=interval)
+
+    def get(
+        self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5, callback: Any = None, **options: Any
+    ) -> list[Any]:
+        """Every task's value, in order (the first error raised with ``propagate``); ``callback(task_id, value)`` for each."""
+        if options.get("disable_sync_subtasks", True) and inside_worker_task():
+            raise RuntimeError(
+                "Never call result.get() within a task! See "
+                "https://docs.celeryq.dev/en/latest/userguide/tasks.html#avoid-launching-synchronous-subtasks"
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values = []
+        for each in self.results:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            value = each.get(timeout=remaining, propagate=propagate, interval=interval, **options)
+            if callback is not None:
+                callback(each.id, value)
+            else:
+                values.append(value)
+        return values if callback is None else None  # type: ignore[return-value]
+
+    join = get
+    join_native = get
+
+    @property
+    def result(self) -> list[Any]:
+        return [each.result for each in self.results]
+
+    def as_list(self) -> list[Any]:
+        return list(self.results)
+
+
+class GroupResult(ResultSet, AsyncResult[list[Any]]):
+    """The results of a group, in the group's order; ``get()`` returns their values as a list."""
+
+    def __init__(self, id: str | None = None, results: list[AsyncResult[Any]] | None = None, **kwargs: Any) -> None:
+        AsyncResult.__init__(
+            self, id or "", **{name: value for name, value in kwargs.items() if name in ("backend", "task_name", "app", "parent")}
+        )
+        self.results = list(results or [])
+
+    @property
+    def children(self) -> list[AsyncResult[Any]]:  # a group's children are its tasks
+        return self.results
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GroupResult) and other.id == self.id and other.results == self.results
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return f"<GroupResult: {self.id} [{', '.join(each.id for each in self.results)}]>"
 
 
 class EagerResult(AsyncResult[Returned]):
@@ -380,3 +490,69 @@ class EagerResult(AsyncResult[Returned]):
         self, connection: Any = None, terminate: bool = False, signal: str | None = None, wait: bool = False, timeout: float | None = None
     ) -> None:
         self._state = REVOKED
+
+
+class ResultBackend:
+    """``app.backend`` / ``result.backend``: the engine's result store, read as Celery's backends read.
+
+    ``get_task_meta(task_id)`` gives Celery's meta dict (``task_id``, ``status``, ``result``,
+    ``traceback``, ``children``, ``date_done``); chords are always allowed (they complete in one
+    Lua script, not with a backend's counters)."""
+
+    def ensure_chords_allowed(self) -> None:
+        """Chords work on the result store: nothing to refuse."""
+
+    def get_task_meta(self, task_id: str, cache: bool = True) -> dict[str, Any]:
+        result: AsyncResult[Any] = AsyncResult(task_id)
+        record = result._record()
+        state = result.state
+        value = None if state in (PENDING, STARTED) and (record is None or not record.custom_state) else result.result
+        return {
+            "task_id": task_id,
+            "status": state,
+            "result": value,
+            "traceback": result.traceback,
+            "children": [],
+            "date_done": None if record is None or not record.ready else record.finished_at,
+        }
+
+    def store_result(self, task_id: str, result: Any, state: str, traceback: Any = None, request: Any = None, **kwargs: Any) -> Any:
+        """Record a state for a task by hand, as Celery's ``backend.store_result``: SUCCESS with its
+        value, FAILURE with its exception, any other state (STARTED, or one of the task's own) as
+        reported while it runs."""
+        fields: dict[str, str] = {}
+        if state == SUCCESS:
+            fields = {"status": results.SUCCEEDED, "value": compact_json(_jsonable(result)), "finished_at": repr(time.time())}
+        elif state in (FAILURE, REVOKED) and isinstance(result, BaseException):
+            kind = type(result)
+            fields = {
+                "status": results.FAILED,
+                "error_class": kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}",
+                "error_message": str(result),
+                "finished_at": repr(time.time()),
+                **exception_fields.exception_fields(result),
+            }
+        elif state == STARTED:
+            fields = {"status": results.RUNNING}
+        else:
+            fields = {
+                "status": results.RUNNING,
+                results.CUSTOM_STATE_FIELD: state,
+                results.CUSTOM_META_FIELD: compact_json(_jsonable(result)),
+            }
+        result_writer.write_fields(task_id, {"jid": task_id, **fields}, retain_seconds=RESULT_EXPIRES_SECONDS, wait=True)
+        return result
+
+    def mark_as_revoked(self, task_id: str, reason: str = "", request: Any = None, **kwargs: Any) -> None:
+        from .control import mark_revoked
+
+        mark_revoked(task_id, message=reason or "revoked")
+
+    def get_state(self, task_id: str) -> str:
+        return AsyncResult(task_id).state
+
+    def get_result(self, task_id: str) -> Any:
+        return AsyncResult(task_id).result
+
+    def forget(self, task_id: str) -> None:
+        results.forget(task_id)

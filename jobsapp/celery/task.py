@@ -48,7 +48,7 @@ from ..errors import JobTimeout
 from ..functions import FunctionJob, job_class_for
 from ..payload import RECOVERED_KEY, Item, check_json_native, compact_json, new_jid, now
 from ..worker import aio, timeouts
-from . import follow_up
+from . import current, follow_up, lineage, signals
 from .canvas import (
     CHAIN_KEY,
     CHORD_KEY,
@@ -56,16 +56,17 @@ from .canvas import (
     ERRBACK_KEY,
     EXPIRES_KEY,
     HEADERS_KEY,
+    HONOURED_OPTIONS,
     LINK_KEY,
-    RESULT_EXPIRES_SECONDS,
     NotRegistered,
     Signature,
     _epoch,
-    _jsonable,
+    always_eager,
 )
 from .canvas import chunks as chunks_signature
 from .canvas import xmap as map_signature
 from .canvas import xstarmap as starmap_signature
+from .exception_fields import exception_fields
 from .exceptions import (
     Ignore,
     MaxRetriesExceededError,
@@ -79,8 +80,9 @@ from .exceptions import (
 from .options import check_options
 from .result import AsyncResult, EagerResult
 from .result import AsyncResult as _AsyncResult  # the class, where a method named AsyncResult shadows it
-from .states import FAILURE, IGNORED, REJECTED, SUCCESS
+from .states import FAILURE, IGNORED, REJECTED, RETRY, SUCCESS
 from .trace import ExceptionInfo, call_handler, running, soft_limit
+from .values import RESULT_EXPIRES_SECONDS, _jsonable, decoded
 
 Params = ParamSpec("Params")
 Returned = TypeVar("Returned", covariant=True)
@@ -88,8 +90,8 @@ TaskType = TypeVar("TaskType", bound="Task[Any, Any]")
 
 SOFT_TIME_LIMIT_KEY = "celery_soft_time_limit"  # seconds; the hard one is the engine's "timeout"
 
-_tasks_lock = threading.Lock()
-_tasks: dict[str, Task[Any, Any]] = {}
+_tasks_lock = current.tasks_lock
+_tasks: dict[str, Task[Any, Any]] = current.tasks
 
 
 def lookup(name: str) -> Task[Any, Any]:
@@ -117,6 +119,21 @@ class Context:
         self.hostname: str | None = None
         self.task: str | None = None
         self.timelimit: tuple[float | None, float | None] = (None, None)
+        # where the task comes from (lineage.py) and the message properties the caller gave
+        self.root_id: str | None = None
+        self.parent_id: str | None = None
+        self.group: str | None = None
+        self.group_index: int | None = None
+        self.replaced_task_nesting = 0
+        self.properties: dict[str, Any] = {}
+        self.reply_to: str | None = None
+        self.correlation_id: str | None = None
+        self.chord: dict[str, Any] | None = None
+        self.callbacks: list[dict[str, Any]] | None = None
+        self.errbacks: list[dict[str, Any]] | None = None
+        self.chain: list[dict[str, Any]] | None = None
+        #: the job's payload (a worker's run only): what a retry or a replacement changes
+        self.item: Item | None = None
         # where update_state reports: the result record's lifetime, a tracked job's event handle,
         # and an eager run's state (Task.apply keeps it in the EagerResult, not in Redis)
         self.retain_seconds: float | None = None
@@ -126,6 +143,46 @@ class Context:
 
     def __repr__(self) -> str:
         return f"<Context {self.__dict__!r}>"
+
+    @property
+    def time_limit(self) -> float | None:
+        """The hard time limit of this call (``time_limit``), None without one."""
+        return self.timelimit[0]
+
+    @property
+    def soft_time_limit(self) -> float | None:
+        """The soft time limit of this call (``soft_time_limit``), None without one."""
+        return self.timelimit[1]
+
+    def lineage_fields(self, item: Item) -> None:
+        """Fill the request's lineage and properties from a job's payload (lineage.REQUEST_KEY)."""
+        fields = item.get(lineage.REQUEST_KEY)
+        fields = fields if isinstance(fields, dict) else {}
+        self.root_id = fields.get("root_id") or self.id
+        self.parent_id = fields.get("parent_id")
+        self.group = fields.get("group_id")
+        self.group_index = fields.get("group_index")
+        self.replaced_task_nesting = int(fields.get("replaced_task_nesting") or 0)
+        self.properties = dict(fields.get("properties") or {})
+        self.reply_to = self.properties.get("reply_to")
+        self.correlation_id = self.properties.get("correlation_id") or self.id
+        chord = item.get(CHORD_KEY)
+        self.chord = chord if isinstance(chord, dict) else None
+        self.chain = item.get(CHAIN_KEY) or None
+        self.callbacks = item.get(LINK_KEY) or None
+        self.errbacks = item.get(ERRBACK_KEY) or None
+
+
+def _module_level_stand_in(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A function that calls ``function``, named as if it were defined at module level."""
+
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    stand_in.__module__ = function.__module__
+    stand_in.__name__ = stand_in.__qualname__ = function.__name__
+    stand_in.__doc__ = function.__doc__
+    return stand_in
 
 
 def current_request() -> tuple[Task[Any, Any], Context] | None:
@@ -230,8 +287,14 @@ class Task(Generic[Params, Returned]):
             options[timeouts.TIMEOUT_KEY] = timeouts.positive_seconds(self.time_limit, option="time_limit")
         if self.use_task_event:
             options["use_task_event"] = True
+        registered = function
+        if "<locals>" in getattr(function, "__qualname__", ""):
+            # a task declared inside a function (Celery allows it: named module.function): it runs
+            # where it is defined (apply, or a worker that defines it the same way)
+            registered = _module_level_stand_in(function)
+            explicit_name = True
         self.job_class = job_class_for(
-            function, base=CeleryJob, name=self.name if explicit_name else None, attributes={"task": self}, options=options
+            registered, base=CeleryJob, name=self.name if explicit_name else None, attributes={"task": self}, options=options
         )
         self.__name__ = getattr(function, "__name__", self.name)
         with _tasks_lock:
@@ -271,7 +334,8 @@ class Task(Generic[Params, Returned]):
         ``EagerResult``. ``throw`` raises the task's error here instead of storing it."""
         if link is not None or link_error is not None:
             raise TypeError(f"{self.name}.apply(): link and link_error are not run eagerly; use apply_async")
-        check_options({name: value for name, value in options.items() if name != "ignore_result"}, where=f"{self.name}.apply()")
+        passed_on = {name for name in options if name in HONOURED_OPTIONS}
+        check_options({name: value for name, value in options.items() if name not in passed_on}, where=f"{self.name}.apply()")
         arguments, keywords = list(args or ()), dict(kwargs or {})
         request = Context(
             id=task_id or new_jid(),
@@ -287,7 +351,8 @@ class Task(Generic[Params, Returned]):
             timelimit=(self.time_limit, self.soft_time_limit),
         )
         task_id = str(request.id)
-        with _requesting(self, request):
+        request.lineage_fields({lineage.REQUEST_KEY: lineage.request_fields(task_id, options)})
+        with lineage.publishing_from(request.root_id, task_id), _requesting(self, request):
             try:
                 value = self._attempt(request, arguments, keywords, soft_seconds=self.soft_time_limit, async_timeout=self.time_limit)
             except Ignore as ignored:
@@ -298,14 +363,14 @@ class Task(Generic[Params, Returned]):
                 self._retried(request, retry)
                 if throw:
                     raise
-                return self.apply(arguments, keywords, task_id=task_id, retries=request.retries + 1, throw=throw, headers=headers)
+                return self.apply(request.args, request.kwargs, task_id=task_id, retries=request.retries + 1, throw=throw, headers=headers)
             except Exception as exc:  # FAILURE, stored in the EagerResult (raised here with throw)
                 self._failed(request, exc)
                 if throw:
                     raise
                 return EagerResult(task_id, exc, FAILURE, traceback=ExceptionInfo(exc).traceback, name=self.name)
             else:
-                value = _jsonable(value)
+                value = decoded(_jsonable(value))  # what a worker's result would give back
                 self._succeeded(request, value)
                 state = SUCCESS
         if request.eager_state is not None and state == IGNORED:
@@ -354,7 +419,11 @@ class Task(Generic[Params, Returned]):
         (the default), arguments the function cannot take are a TypeError here, as Celery's."""
         if self.typing:
             self._check_arguments(args or (), kwargs or {})
+        if always_eager():  # app.conf.task_always_eager: run here, as Celery's
+            eager = {name: options.pop(name) for name in ("throw", "retries") if name in options}
+            return self.apply(args, kwargs, task_id=task_id, headers=headers, **eager)
         extra = {name: value for name, value in (("producer", producer), ("shadow", shadow)) if value is not None}
+        passed_on = {name: options.pop(name) for name in list(options) if name in HONOURED_OPTIONS}
         check_options({**extra, **options}, where=f"{self.name}.apply_async()")
         honoured: dict[str, Any] = {
             "task_id": task_id,
@@ -369,7 +438,7 @@ class Task(Generic[Params, Returned]):
             "soft_time_limit": soft_time_limit,
             "time_limit": time_limit,
         }
-        given = {key: value for key, value in honoured.items() if value is not None}
+        given = {key: value for key, value in {**passed_on, **honoured}.items() if value is not None}
         call: Signature[Returned] = Signature(self.name, args, kwargs, **given)
         return call.apply_async()
 
@@ -405,10 +474,24 @@ class Task(Generic[Params, Returned]):
         time_limit: float | None = None,
         link: list[dict[str, Any]] | None = None,
         link_error: list[dict[str, Any]] | None = None,
+        request: dict[str, Any] | None = None,
     ) -> str:
         options: dict[str, Any] = {"on_commit": False}  # Celery pushes at once; delay_on_commit waits
-        if task_id:
-            options["jid"] = task_id
+        task_id = task_id or new_jid()
+        options["jid"] = task_id
+        request = request if request is not None else lineage.request_fields(task_id)
+        options[lineage.REQUEST_KEY] = request
+        message, headers = lineage.before_publish(
+            self.name,
+            task_id,
+            args,
+            kwargs,
+            queue=queue or self.queue or "default",
+            request=request,
+            headers=headers,
+            eta=eta,
+            expires=expires,
+        )
         if queue:
             options["queue"] = queue
         keep = not (self.ignore_result if ignore_result is None else ignore_result)
@@ -438,12 +521,16 @@ class Task(Generic[Params, Returned]):
             jid = setter.perform_async(*args, **kwargs)
         if jid is None:
             raise RuntimeError(f"a client middleware stopped the push of {self.name}; nothing was enqueued")
+        lineage.after_publish(self.name, message, args, kwargs, queue=queue or self.queue or "default")
         return jid
 
     def _limit_options(self, soft_time_limit: float | None, time_limit: float | None) -> dict[str, Any]:
         """The payload fields of a call's time limits (the task's own unless the call gives them)."""
         options: dict[str, Any] = {}
         soft = self.soft_time_limit if soft_time_limit is None else soft_time_limit
+        hard = self.time_limit if time_limit is None else time_limit
+        if soft is not None and hard is not None and soft > hard:
+            raise ValueError(f"{self.name}: soft_time_limit must be less than or equal to time_limit ({soft} > {hard})")
         if soft is not None:
             if inspect.iscoroutinefunction(self.function):
                 raise TypeError(f"{self.name}: soft_time_limit cannot interrupt an async def task; use time_limit")
@@ -489,7 +576,35 @@ class Task(Generic[Params, Returned]):
     def after_return(self, status: str, retval: Any, task_id: str, args: Sequence[Any], kwargs: dict[str, Any], einfo: Any) -> None:
         """Last, after SUCCESS or FAILURE (never after RETRY, REJECTED or IGNORED); ``einfo`` is None."""
 
+    @property
+    def backend(self) -> Any:
+        """The result store, as Celery's ``task.backend``."""
+        from .result import ResultBackend
+
+        return ResultBackend()
+
+    @property
+    def app(self) -> Any:
+        """The current app (``jobsapp.celery.Celery``): the one made last, or a default one."""
+        return current.current_or_default_app()
+
     # --- inside a worker -------------------------------------------------------------------
+
+    def replace(self, sig: Any) -> Any:
+        """Replace this running task by ``sig`` (a task, chain, group or chord), as Celery 5's
+        ``Task.replace``: ``sig`` is pushed now with what followed this task (the rest of its
+        chain, its callbacks and errbacks, its place in a chord), this task's result becomes
+        ``sig``'s (``AsyncResult(this id).get()`` returns ``sig``'s value), and ``Ignore`` is
+        raised to end this run. Eager (``apply``): ``sig`` runs here and its value is returned."""
+        from . import replacing
+
+        return replacing.replace(self, self.request, sig)
+
+    def add_to_chord(self, sig: Any, lazy: bool = False) -> Any:
+        """Add ``sig`` to the chord this task is a header part of (Celery's ``add_to_chord``)."""
+        from . import replacing
+
+        return replacing.add_to_chord(self, self.request, sig, lazy=lazy)
 
     @property
     def request(self) -> Context:
@@ -536,11 +651,34 @@ class Task(Generic[Params, Returned]):
         **options: Any,
     ) -> Retry:
         """Raise ``Retry`` to run again later (same id, ``request.retries`` + 1), or ``exc`` (or
-        ``MaxRetriesExceededError``) when no retries are left. Changed args cannot be given."""
-        if args is not None or kwargs is not None:
-            raise TypeError("jobsapp.celery retries a task with the arguments it was called with; args/kwargs cannot change")
+        ``MaxRetriesExceededError``) when no retries are left. ``args``/``kwargs`` replace the
+        arguments of the next run, as Celery's; ``expires`` gives it an expiry."""
+        expires = options.pop("expires", None)
+        headers = options.pop("headers", None)
         check_options(options, where=f"{self.name}.retry()")
+        if args is not None and not isinstance(args, list | tuple):
+            # self.retry(exc, countdown=10): Celery takes a positional exception as args too
+            raise TypeError(f"{self.name}.retry(args=...) takes the next run's arguments as a list or tuple; pass an exception as exc=")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise TypeError(f"{self.name}.retry(kwargs=...) takes the next run's keyword arguments as a dict")
         request = self.request
+        args, kwargs = self._retry_arguments(request, args, kwargs)
+        item = request.item
+        if item is not None and (args is not None or kwargs is not None or expires is not None or headers):
+            # the retried payload is this job's item: what changes here rides into the next run
+            if args is not None:
+                item["args"] = _jsonable(list(args))
+                request.args = list(args)
+            if kwargs is not None:
+                item["kwargs"] = _jsonable(dict(kwargs))
+                request.kwargs = dict(kwargs)
+            if expires is not None:
+                item[EXPIRES_KEY] = _epoch(expires) if isinstance(expires, dt.datetime) else now() + float(expires)
+            if headers:
+                item[HEADERS_KEY] = {**(item.get(HEADERS_KEY) or {}), **headers}
+        elif request.is_eager and (args is not None or kwargs is not None):
+            request.args = list(args) if args is not None else request.args
+            request.kwargs = dict(kwargs) if kwargs is not None else request.kwargs
         exc = exc if exc is not None else sys.exc_info()[1]
         if request.called_directly:
             if exc is not None:
@@ -556,6 +694,40 @@ class Task(Generic[Params, Returned]):
         if countdown is None:
             countdown = self.default_retry_delay
         raise Retry(exc=exc, countdown=countdown)
+
+    def _parameters(self) -> list[inspect.Parameter] | None:
+        """The task body's parameters as a caller passes them (without the bound task), None when unknown."""
+        try:
+            parameters = list(inspect.signature(self.function).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        return parameters[1:] if self.bind else parameters
+
+    def _retry_arguments(
+        self, request: Context, args: Sequence[Any] | None, kwargs: dict[str, Any] | None
+    ) -> tuple[Sequence[Any] | None, dict[str, Any] | None]:
+        """Arguments of the next run when ``retry`` gives only ``args`` or only ``kwargs``: the
+        inherited ones that do not clash with the new way of passing them are kept, as Celery does."""
+        parameters = self._parameters()
+        if parameters is None:
+            return args, kwargs
+        by_name = {each.name: each for each in parameters}
+        if args is not None and kwargs is None and request.kwargs:
+            positional = [each for each in parameters if each.kind in (each.POSITIONAL_ONLY, each.POSITIONAL_OR_KEYWORD)]
+            taken = {each.name for each in positional[: len(args)] if each.kind == each.POSITIONAL_OR_KEYWORD}
+            return args, {name: value for name, value in request.kwargs.items() if name not in taken}
+        if kwargs is not None and args is None and request.args:
+            positional = [each for each in parameters if each.kind in (each.POSITIONAL_ONLY, each.POSITIONAL_OR_KEYWORD)]
+            if any(each.kind == each.VAR_POSITIONAL for each in parameters) or len(request.args) > len(positional):
+                return args, kwargs
+            inherited = dict(zip((each.name for each in positional), request.args, strict=False))
+            new_kwargs = dict(kwargs)
+            for name in list(new_kwargs):
+                if name in inherited and by_name[name].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD:
+                    inherited[name] = new_kwargs.pop(name)
+            names = [each.name for each in positional if each.name in inherited]
+            return [inherited[name] for name in names], new_kwargs
+        return args, kwargs
 
     def _backoff_seconds(self, retries: int) -> float:
         if not self.retry_backoff:
@@ -607,11 +779,13 @@ class Task(Generic[Params, Returned]):
 
     def _execute(self, job: FunctionJob, args: list[Any], kwargs: dict[str, Any]) -> Any:
         item = job.item
+        args, kwargs = decoded(args), decoded(kwargs)  # kombu's typed JSON values back into Python ones
         done, previous_value = follow_up.resumed(item)
         expires_at = item.get(EXPIRES_KEY)
         if not done and isinstance(expires_at, (int, float)) and now() > expires_at:
             error = TaskRevokedError(f"{self.name}[{job.jid}] expired before it started")
             self._fail_dependents(item, error)
+            signals.task_revoked.send(sender=self, request=Context(id=job.jid, task=self.name), terminated=False, signum=None, expired=True)
             raise error
         retry_count = item.get("retry_count")
         soft_seconds = item.get(SOFT_TIME_LIMIT_KEY)
@@ -632,6 +806,19 @@ class Task(Generic[Params, Returned]):
             retain_seconds=results.safe_retain_seconds(item),
             task_event=getattr(job, "task_event", None),
         )
+        request.lineage_fields(item)
+        request.item = item
+        with lineage.publishing_from(request.root_id, job.jid):  # what this run pushes descends from it
+            return self._execute_request(job, item, request, args, kwargs, done=done, previous_value=previous_value)
+
+    def _execute_request(
+        self, job: FunctionJob, item: Item, request: Context, args: list[Any], kwargs: dict[str, Any], *, done: bool, previous_value: Any
+    ) -> Any:
+        """One run of the task for its job (``_execute``), Celery's signals sent at Celery's moments."""
+        retry_count = item.get("retry_count")
+        soft_seconds, timeout = request.timelimit[1], request.timelimit[0]
+        task_id = str(request.id)
+        signals.task_received.send(sender=None, request=request)
         if retry_count is not None and request.retain_seconds:  # a state reported by the previous attempt is not this one's
             result_writer.write_fields(job.jid, {results.CUSTOM_STATE_FIELD: ""}, retain_seconds=request.retain_seconds)
         if done:  # the function returned on an earlier run; only what follows it is left to push
@@ -639,29 +826,54 @@ class Task(Generic[Params, Returned]):
             self._succeeded(request, previous_value)
             return previous_value
         with _requesting(self, request):
+            signals.task_prerun.send(sender=self, task_id=task_id, task=self, args=args, kwargs=kwargs)
             try:
                 value = self._attempt(request, args, kwargs, soft_seconds=soft_seconds, async_timeout=timeout)
             except Ignore:
                 # acknowledged; the record keeps what update_state wrote, nothing follows
                 if request.retain_seconds:
                     result_writer.write_fields(job.jid, {results.IGNORED_FIELD: "1"}, retain_seconds=request.retain_seconds)
+                self._postrun(request, args, kwargs, None, IGNORED)
                 return None
             except Reject as rejected:
                 if rejected.requeue:  # back to the queue at once; the engine files it through the retry set
+                    self._postrun(request, args, kwargs, rejected, REJECTED)
                     raise Retry(exc=rejected, countdown=0) from rejected
                 self._fail_dependents(item, rejected, request)
+                self._store_exception(request, rejected)
+                self._postrun(request, args, kwargs, rejected, FAILURE)
                 raise  # the dead set, FAILURE with the reason
             except Retry as retry:
                 self._retried(request, retry)
+                self._store_exception(request, retry.exc if isinstance(retry.exc, BaseException) else retry)
+                signals.task_retry.send(sender=self, request=request, reason=retry.exc or retry, einfo=ExceptionInfo(retry))
+                self._postrun(request, args, kwargs, retry, RETRY)
                 raise  # the engine files the job in the retry set (CeleryJob.sidekiq_retry_in)
             except BaseException as exc:  # final: the dead set; what depends on it will not run
                 self._fail_dependents(item, exc, request)
+                self._store_exception(request, exc)
                 self._failed(request, exc)
+                einfo = ExceptionInfo(exc)
+                signals.task_failure.send(
+                    sender=self, task_id=task_id, exception=exc, args=args, kwargs=kwargs, traceback=exc.__traceback__, einfo=einfo
+                )
+                self._postrun(request, args, kwargs, exc, FAILURE)
                 raise
-        value = _jsonable(value)
-        self._follow_up(job.jid, item, value)
-        self._succeeded(request, value)
+            value = _jsonable(value)
+            self._follow_up(job.jid, item, value)
+            self._succeeded(request, value)
+            signals.task_success.send(sender=self, result=value)
+            self._postrun(request, args, kwargs, value, SUCCESS)
         return value
+
+    def _postrun(self, request: Context, args: Any, kwargs: Any, retval: Any, state: str) -> None:
+        signals.task_postrun.send(sender=self, task_id=str(request.id), task=self, args=args, kwargs=kwargs, retval=retval, state=state)
+
+    def _store_exception(self, request: Context, exc: BaseException) -> None:
+        """Keep the exception's type, module and arguments (Celery's shape) in its result record, so
+        ``AsyncResult`` rebuilds it with its arguments (exception_fields.py)."""
+        if request.retain_seconds and request.id:
+            result_writer.write_fields(str(request.id), exception_fields(exc), retain_seconds=request.retain_seconds)
 
     # --- what follows a task ---------------------------------------------------------------
 

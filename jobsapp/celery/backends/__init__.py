@@ -1,0 +1,1 @@
+"""Mirrors ``celery.backends``: results are the engine's result store (``jobsapp.results``)."""

@@ -1,0 +1,112 @@
+"""``Task.replace`` and ``Task.add_to_chord``: a running task hands its place to other tasks.
+
+``replace(sig)``, as Celery 5 does it: ``sig`` (a task, chain, group or chord) is pushed from
+the running task with everything that was to follow the task: the rest of its chain (after
+``sig``'s last task), its ``link`` callbacks and ``link_error`` errbacks, and its place in a
+chord (``sig``'s last task records the chord part under the replaced task's id). A group is
+given a body that gathers its values (``celery.accumulate``), so it has one last task, as in
+Celery. The replaced task's result record points at ``sig``'s last task
+(``REPLACED_FIELD``): ``AsyncResult`` of the replaced id follows it, so ``get()`` returns
+``sig``'s value. Then ``Ignore`` ends the run: nothing else is recorded or pushed for it.
+``request.replaced_task_nesting`` is one higher in every task of ``sig``. Run eagerly
+(``apply``), ``sig`` is applied in the caller's thread and its value returned, as Celery's.
+
+``add_to_chord(sig)``: ``sig`` joins the header of the chord the running task belongs to; the
+chord's callback then waits for it too and gets its value after the others'.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .. import result_writer
+from .canvas import (
+    CHAIN_KEY,
+    CHORD_KEY,
+    CHORD_OPTION,
+    ERRBACK_KEY,
+    LINK_KEY,
+    RESULT_EXPIRES_SECONDS,
+    Signature,
+    _freeze_all,
+    _result_for,
+    chain,
+    chord,
+    from_dict,
+    push_step,
+    signature,
+)
+from .exceptions import Ignore, ImproperlyConfigured
+from .result import REPLACED_FIELD
+
+#: Celery's task that gathers a group's values (builtin_tasks.py defines it).
+ACCUMULATE = "celery.accumulate"
+
+
+def _tasks_of(step: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every task signature dict inside a step (in place: changing them changes the step)."""
+    kind = step.get("subtask_type")
+    if kind in ("chain", "group"):
+        return [task for each in step["kwargs"]["tasks"] for task in _tasks_of(each)]
+    if kind == "chord":
+        body = step["kwargs"]["body"]
+        return [task for each in step["kwargs"]["header"] for task in _tasks_of(each)] + (_tasks_of(body) if body else [])
+    return [step]
+
+
+def _final_task(step: dict[str, Any]) -> dict[str, Any] | None:
+    """The one task whose value is the step's (None for a group: it has no single last task)."""
+    kind = step.get("subtask_type")
+    if kind == "chain":
+        return _final_task(step["kwargs"]["tasks"][-1]) if step["kwargs"]["tasks"] else None
+    if kind == "chord":
+        body = step["kwargs"]["body"]
+        return _final_task(body) if body else None
+    if kind == "group":
+        return None
+    return step
+
+
+def replace(task: Any, request: Any, sig: Any) -> Any:
+    replacement: Signature[Any] = sig if isinstance(sig, Signature) else signature(sig)
+    if isinstance(replacement, chain) and not replacement.tasks:
+        raise ImproperlyConfigured("Cannot replace with an empty chain")
+    if request.called_directly:
+        raise RuntimeError(f"{task.name}.replace() is called from the task a worker runs (or apply()), not from a direct call")
+    if request.is_eager:
+        return replacement.apply().get()
+    item = request.item if request.item is not None else {}
+    replacement = copy.deepcopy(replacement)
+    if replacement.subtask_type == "group":  # a group gets a last task: its values, gathered
+        replacement = chord(replacement, Signature(ACCUMULATE, (), {"index": 0}))
+    for callback in item.get(LINK_KEY) or []:
+        replacement.link(from_dict(dict(callback)))
+    for errback in item.get(ERRBACK_KEY) or []:
+        replacement.link_error(from_dict(dict(errback)))
+    step = copy.deepcopy(dict(replacement))
+    nesting = int(request.replaced_task_nesting or 0) + 1
+    for each in _tasks_of(step):
+        each.setdefault("options", {})["replaced_task_nesting"] = nesting
+    _freeze_all(step)
+    final = _final_task(step)
+    final_id = _result_for(step, None).id  # type: ignore[attr-defined]
+    chord_of_task = item.get(CHORD_KEY)
+    if isinstance(chord_of_task, dict):
+        if final is None:
+            raise NotImplementedError("replacing a chord's header task by a group ending in a group is not supported")
+        final.setdefault("options", {})[CHORD_OPTION] = {**chord_of_task, "part": request.id}
+    retain = request.retain_seconds or RESULT_EXPIRES_SECONDS
+    result_writer.write_fields(str(request.id), {REPLACED_FIELD: str(final_id)}, retain_seconds=retain, wait=True)
+    rest = item.get(CHAIN_KEY)
+    push_step(step, [], rest=list(rest) if isinstance(rest, list) else [])
+    for key in (CHAIN_KEY, CHORD_KEY, LINK_KEY, ERRBACK_KEY):  # handed over: nothing follows this run
+        item.pop(key, None)
+    raise Ignore("Replaced by new task")
+
+
+def add_to_chord(task: Any, request: Any, sig: Any, *, lazy: bool = False) -> Any:
+    raise NotImplementedError(
+        "add_to_chord() is not supported yet: a chord's header is fixed when it is applied; "
+        "replace the task by a group (self.replace(group(...))) to widen its part instead"
+    )

@@ -1,0 +1,175 @@
+"""Celery's signals (``from celery.signals import task_prerun`` becomes ``from jobsapp.celery.signals
+import task_prerun``), sent with Celery's names and arguments at Celery's moments.
+
+    @task_failure.connect
+    def report(sender=None, task_id=None, exception=None, **kwargs): ...
+
+    @task_prerun.connect(sender=add)            # only for one task (its name works too)
+    def before_add(task_id, task, args, kwargs, **extra): ...
+
+Where each is sent (the process and thread named are where receivers run):
+
+- ``before_task_publish`` / ``after_task_publish``: the pushing thread, around the push of one
+  task (``sender`` the task's name; ``body`` ``(args, kwargs, embed)``, ``headers`` with ``id``,
+  ``task``, ``root_id``, ``parent_id``, ``group_id``, ``retries``, ``eta``, ``expires``;
+  ``routing_key`` and ``exchange`` are the queue's name and ``""``). ``before`` may change
+  ``headers`` in place: extra keys ride with the task into ``self.request``, as in Celery.
+- ``task_received``: the worker thread, when it takes the task, before anything runs
+  (``request``: the task's request, ``sender`` None: there is no consumer object).
+- ``task_prerun`` (``task_id``, ``task``, ``args``, ``kwargs``), then ``task_success``
+  (``result``) or ``task_failure`` (``task_id``, ``exception``, ``args``, ``kwargs``,
+  ``traceback``, ``einfo``) or ``task_retry`` (``request``, ``reason``, ``einfo``), then
+  ``task_postrun`` (``retval``, ``state``): the worker thread running the task; ``sender`` the task.
+- ``task_revoked`` (``request``, ``terminated``, ``signum``, ``expired``): where the revocation
+  is seen: the revoking caller, or the worker that finds an expired task.
+- ``worker_ready`` / ``worker_shutdown``: the worker process, when it starts taking jobs and when
+  it is about to exit.
+
+A receiver that raises is logged (``jobsapp.celery.signals``) and the others still run, as
+Celery's ``Signal.send`` does; nothing a receiver does changes what becomes of the task.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger("jobsapp.celery.signals")
+
+Receiver = Callable[..., Any]
+
+
+def _sender_key(sender: Any) -> Any:
+    """Senders match by identity, or a task by its name (Celery code passes either)."""
+    name = getattr(sender, "name", None)
+    return name if isinstance(name, str) and name else sender
+
+
+class Signal:
+    """A named signal: ``connect`` receivers (as a decorator too), ``send`` to them."""
+
+    def __init__(self, name: str, providing_args: set[str] | None = None) -> None:
+        self.name = name
+        self.providing_args = frozenset(providing_args or ())
+        self._lock = threading.Lock()
+        self._receivers: list[tuple[Any, Any, Any]] = []  # (lookup key, sender key, receiver or weak reference)
+
+    def __repr__(self) -> str:
+        return f"<Signal: {self.name}>"
+
+    def connect(self, *args: Any, **kwargs: Any) -> Any:
+        """``@signal.connect``, ``@signal.connect(sender=..., weak=..., dispatch_uid=...)`` or ``signal.connect(function)``."""
+        if args and callable(args[0]):
+            return self._connect(args[0], **kwargs)
+
+        def decorate(receiver: Receiver) -> Receiver:
+            return self._connect(receiver, **kwargs)
+
+        return decorate
+
+    def _connect(self, receiver: Receiver, sender: Any = None, weak: bool = True, dispatch_uid: Any = None) -> Receiver:
+        lookup = (dispatch_uid if dispatch_uid is not None else _receiver_id(receiver), _sender_key(sender) if sender is not None else None)
+        reference: Any = receiver
+        if weak:
+            reference = weakref.WeakMethod(receiver) if hasattr(receiver, "__self__") else weakref.ref(receiver)
+        with self._lock:
+            if not any(existing == lookup for existing, _, _ in self._receivers):
+                self._receivers.append((lookup, lookup[1], reference))
+        return receiver
+
+    def disconnect(self, receiver: Receiver | None = None, sender: Any = None, weak: bool = True, dispatch_uid: Any = None) -> bool:
+        lookup = (dispatch_uid if dispatch_uid is not None else _receiver_id(receiver), _sender_key(sender) if sender is not None else None)
+        with self._lock:
+            kept = [entry for entry in self._receivers if entry[0] != lookup]
+            removed = len(kept) != len(self._receivers)
+            self._receivers = kept
+        return removed
+
+    @property
+    def receivers(self) -> list[Receiver]:
+        return [receiver for _, receiver in self._live(None, any_sender=True)]
+
+    def has_listeners(self, sender: Any = None) -> bool:
+        return bool(self._live(sender))
+
+    def _live(self, sender: Any, *, any_sender: bool = False) -> list[tuple[Any, Receiver]]:
+        key = _sender_key(sender) if sender is not None else None
+        found, dead = [], []
+        with self._lock:
+            entries = list(self._receivers)
+        for entry in entries:
+            lookup, wanted, reference = entry
+            receiver = reference() if isinstance(reference, weakref.ref) else reference
+            if receiver is None:
+                dead.append(lookup)
+                continue
+            if any_sender or wanted is None or wanted == key or wanted is sender:
+                found.append((lookup, receiver))
+        if dead:
+            with self._lock:
+                self._receivers = [entry for entry in self._receivers if entry[0] not in dead]
+        return found
+
+    def send(self, sender: Any, **named: Any) -> list[tuple[Receiver, Any]]:
+        """Call every receiver for ``sender``; returns ``[(receiver, response)]``. A receiver that
+        raises is logged, and its response is the exception."""
+        responses: list[tuple[Receiver, Any]] = []
+        for _, receiver in self._live(sender):
+            try:
+                response = receiver(signal=self, sender=sender, **named)
+            except Exception as exc:  # Celery's send logs a receiver's error and goes on
+                logger.exception("signal %s: receiver %r raised", self.name, receiver)
+                response = exc
+            responses.append((receiver, response))
+        return responses
+
+    send_robust = send
+
+
+def _receiver_id(receiver: Any) -> Any:
+    if hasattr(receiver, "__self__") and hasattr(receiver, "__func__"):
+        return (id(receiver.__self__), id(receiver.__func__))
+    return id(receiver)
+
+
+before_task_publish = Signal("before_task_publish", {"body", "exchange", "routing_key", "headers", "properties", "declare", "retry_policy"})
+after_task_publish = Signal("after_task_publish", {"body", "exchange", "routing_key"})
+task_received = Signal("task_received", {"request"})
+task_prerun = Signal("task_prerun", {"task_id", "task", "args", "kwargs"})
+task_postrun = Signal("task_postrun", {"task_id", "task", "args", "kwargs", "retval", "state"})
+task_success = Signal("task_success", {"result"})
+task_retry = Signal("task_retry", {"request", "reason", "einfo"})
+task_failure = Signal("task_failure", {"task_id", "exception", "args", "kwargs", "traceback", "einfo"})
+task_internal_error = Signal("task_internal_error", {"task_id", "args", "kwargs", "request", "exception", "traceback", "einfo"})
+task_revoked = Signal("task_revoked", {"request", "terminated", "signum", "expired"})
+task_rejected = Signal("task_rejected", {"message", "exc"})
+task_unknown = Signal("task_unknown", {"message", "exc", "name", "id"})
+worker_init = Signal("worker_init")
+worker_process_init = Signal("worker_process_init")
+worker_ready = Signal("worker_ready")
+worker_shutdown = Signal("worker_shutdown")
+import_modules = Signal("import_modules")
+
+__all__ = [
+    "Signal",
+    "after_task_publish",
+    "before_task_publish",
+    "import_modules",
+    "task_failure",
+    "task_internal_error",
+    "task_postrun",
+    "task_prerun",
+    "task_received",
+    "task_rejected",
+    "task_retry",
+    "task_revoked",
+    "task_success",
+    "task_unknown",
+    "worker_init",
+    "worker_process_init",
+    "worker_ready",
+    "worker_shutdown",
+]

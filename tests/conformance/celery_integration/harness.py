@@ -1,0 +1,133 @@
+"""What the ported suite takes from Celery's ``t/integration/conftest.py``, as our own code.
+
+Celery's conftest wires a session app and a worker thread through ``celery.contrib.pytest``; here
+the same names wire ``jobsapp.celery`` and a real ``runworkers`` process (conftest.py beside this
+file). The test modules import these names where they imported Celery's conftest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import pytest
+import redis
+
+from jobsapp.celery import Celery, states
+from jobsapp.celery.result import AsyncResult, ResultSet
+
+#: Read by tests to choose the Redis backend's cases; the worker and results are on Redis.
+TEST_BACKEND = "redis://"
+TEST_BROKER = "redis://"
+
+#: Bound on one test: a regression fails, never hangs.
+_timeout = pytest.mark.timeout(timeout=300)
+
+
+def flaky(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Celery reruns these tests up to five times; here each runs once (a flake is a failure) within a timeout."""
+    return _timeout(function)
+
+
+def get_redis_connection() -> redis.Redis:
+    """A client on the suite's throwaway Redis (``$REDIS_HOST``/``$REDIS_PORT``, set by conftest.py)."""
+    return redis.Redis(host=os.environ["REDIS_HOST"], port=int(os.environ["REDIS_PORT"]), socket_timeout=None)
+
+
+def get_active_redis_channels() -> list[bytes]:
+    return get_redis_connection().execute_command("PUBSUB CHANNELS")
+
+
+def check_for_logs(caplog: pytest.LogCaptureFixture, message: str, max_wait: float = 1.0, interval: float = 0.1) -> bool:
+    """Whether a record matching ``message`` is captured within ``max_wait`` seconds."""
+    start = time.monotonic()
+    while time.monotonic() - start < max_wait:
+        if any(re.search(message, record.message) for record in caplog.records):
+            return True
+        time.sleep(interval)
+    return False
+
+
+class StillWaiting(Exception):
+    """A condition ``Manager`` waits for is not true yet."""
+
+
+class Manager:
+    """The helpers Celery's ``celery.contrib.testing.manager.Manager`` gives the tests, on ``app``."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+    def wait_for(
+        self,
+        fun: Callable[..., Any],
+        catch: Sequence[type[BaseException]],
+        desc: str = "thing",
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        errback: Callable[..., Any] | None = None,
+        max_retries: int = 10,
+        interval_start: float = 0.1,
+        interval_step: float = 0.5,
+        interval_max: float = 5.0,
+        emit_warning: bool = False,
+        **options: Any,
+    ) -> Any:
+        """Call ``fun`` until it stops raising one of ``catch`` (at most ``max_retries`` more times)."""
+        interval = interval_start
+        for retries in range(max_retries + 1):
+            try:
+                return fun(*args, **(kwargs or {}))
+            except tuple(catch) as exc:
+                if retries == max_retries:
+                    raise
+                if errback is not None:
+                    errback(exc, interval, retries)
+                time.sleep(interval)
+                interval = min(interval + interval_step, interval_max)
+        raise AssertionError(f"unreachable: waiting for {desc}")
+
+    def join(self, r: Any, propagate: bool = False, max_retries: int = 10, **kwargs: Any) -> Any:
+        results = r if isinstance(r, ResultSet) else ResultSet([r])
+        return results.get(propagate=propagate, **kwargs)
+
+    def inspect(self, timeout: float = 3.0) -> Any:
+        return self.app.control.inspect(timeout=timeout)
+
+    def _true_or_raise(self, condition: Callable[[], bool]) -> bool:
+        if not condition():
+            raise StillWaiting()
+        return True
+
+    def assert_accepted(self, ids: Iterable[str], interval: float = 0.5, desc: str = "accepted", **policy: Any) -> bool:
+        """Wait until every id is running or done, as the workers' registry shows them."""
+        wanted = list(ids)
+
+        def accepted() -> bool:
+            inspect = self.inspect()
+            seen = {request["id"] for replies in (inspect.active() or {}).values() for request in replies}
+            return all(task_id in seen or AsyncResult(task_id).ready() for task_id in wanted)
+
+        return bool(self.wait_for(lambda: self._true_or_raise(accepted), (StillWaiting,), desc=desc, **policy))
+
+    def assert_result_tasks_in_progress_or_completed(
+        self, async_results: Iterable[AsyncResult[Any]], interval: float = 0.5, **policy: Any
+    ) -> bool:
+        results = list(async_results)
+
+        def started() -> bool:
+            return all(result.state in (states.STARTED, states.SUCCESS) for result in results)
+
+        return bool(self.wait_for(lambda: self._true_or_raise(started), (StillWaiting,), **policy))
+
+    def wait_until_idle(self) -> None:
+        """Wait until the workers run nothing (what the previous test left is not purged: each test has its own ids)."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            active = self.inspect().active() or {}
+            if not any(active.values()):
+                return
+            time.sleep(0.1)

@@ -1,0 +1,89 @@
+"""Ports Celery's integration suite (``t/integration/`` of the pinned sdist) onto ``jobsapp.celery``.
+
+The upstream files are never kept in this repository: ``port(source, destination)`` reads them
+from the extracted sdist at test time and writes the ported copies into ``destination`` (the
+git-ignored ``ported/`` package beside this file). Only import lines change, each by one rule
+below; a test body, a task body or a fixture body is never edited. A rule that matches no line
+of a file it names is an error (the upstream file changed: review the rules), and so is a line
+changed by a rule that is not an import.
+
+What the rules do:
+- ``celery`` becomes ``jobsapp.celery`` (the project's mirror of Celery's module paths);
+- ``billiard`` (Celery's fork of multiprocessing) becomes the standard library's;
+- the suite's own ``conftest`` (Celery's session app and worker) becomes ``..harness``: our
+  fixtures, which start a real ``runworkers`` on the test Redis;
+- ``t.canvas_helpers`` and ``t.integration.tasks`` become the ported package's own modules.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The upstream files the suite runs (paths inside the sdist), and where each lands in the package.
+FILES = {
+    "t/integration/tasks.py": "tasks.py",
+    "t/integration/test_tasks.py": "test_tasks.py",
+    "t/integration/test_canvas.py": "test_canvas.py",
+    "t/canvas_helpers.py": "canvas_helpers.py",
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Replace ``pattern`` (a regular expression matched on one import line) by ``replacement``."""
+
+    pattern: str
+    replacement: str
+    files: tuple[str, ...]  # the ported file names this rule must change at least once
+
+
+RULES = (
+    Rule(r"^import billiard as multiprocessing$", "import multiprocessing", ("test_tasks.py",)),
+    Rule(r"^import celery$", "import jobsapp.celery as celery", ("test_tasks.py",)),
+    Rule(r"^from celery(\.[\w.]+)? import ", r"from jobsapp.celery\1 import ", ("tasks.py", "test_tasks.py", "test_canvas.py")),
+    Rule(r"^(\s+)from celery(\.[\w.]+)? import ", r"\1from jobsapp.celery\2 import ", ("tasks.py",)),
+    Rule(r"^from \.conftest import ", "from ..harness import ", ("test_tasks.py", "test_canvas.py")),
+    Rule(r"^from t\.canvas_helpers import ", "from .canvas_helpers import ", ("test_canvas.py",)),
+)
+
+#: A line a rule may change: an import statement (possibly indented, as inside a function).
+IMPORT_LINE = re.compile(r"^\s*(from\s+\S+\s+import\s|import\s)")
+
+
+class PortError(RuntimeError):
+    """The upstream files no longer match the rules (a new Celery version): review port.py."""
+
+
+def port_text(name: str, text: str) -> str:
+    """The ported text of upstream file ``name`` (its name in the package)."""
+    lines = text.splitlines(keepends=True)
+    used = {rule: 0 for rule in RULES}
+    for index, line in enumerate(lines):
+        for rule in RULES:
+            if name not in rule.files:
+                continue
+            changed = re.sub(rule.pattern, rule.replacement, line)
+            if changed != line:
+                if not IMPORT_LINE.match(line):
+                    raise PortError(f"{name}:{index + 1}: rule {rule.pattern!r} would change a line that is not an import: {line!r}")
+                used[rule] += 1
+                lines[index] = line = changed
+    for rule, count in used.items():
+        if name in rule.files and count == 0:
+            raise PortError(f"{name}: rule {rule.pattern!r} matched no line: the upstream file changed")
+    return "".join(lines)
+
+
+def port(source: Path, destination: Path) -> Path:
+    """Write the ported package into ``destination`` (replaced whole) from the sdist's root ``source``."""
+    if destination.exists():
+        shutil.rmtree(destination)
+    destination.mkdir(parents=True)
+    (destination / "__init__.py").write_text('"""Celery\'s integration suite, ported at test time by ../port.py (not kept in git)."""\n')
+    for upstream_path, name in FILES.items():
+        text = (source / upstream_path).read_text(encoding="utf-8")
+        (destination / name).write_text(port_text(name, text), encoding="utf-8")
+    return destination
