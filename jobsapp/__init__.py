@@ -1,7 +1,8 @@
 """jobsapp: Sidekiq-compatible background jobs for Django, on Redis.
 
 The public API: the names in ``__all__`` (jobs, middleware bases and the hook vocabulary their
-``on_dead`` / ``on_requeue`` hooks receive, the exceptions, the engine's settings and the
+``on_dead`` / ``on_requeue`` hooks receive, ``hold_ack`` for a middleware whose writes must be
+durable before a job's ack, the exceptions, the engine's settings and the
 validation an app built on the engine runs on its own settings dict), and these public modules:
 
 - ``jobsapp.client``: the raw client (``push``, ``push_bulk``, ``job_template``, ``new_jid``),
@@ -22,6 +23,7 @@ Everything else is an implementation module (docs/architecture.md places each on
 
 # First, before any engine module imports redis-py: without the metrics SDK it loads for nothing.
 from . import redis_import  # noqa: F401
+from .acks import hold_ack
 from .conf import jobs_settings
 from .errors import (
     JobCancelled,
@@ -60,6 +62,7 @@ __all__ = [
     "UnknownJobClass",
     "UnknownShard",
     "Worker",
+    "hold_ack",
     "job",
     "jobs_settings",
     "periodic_job",

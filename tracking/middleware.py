@@ -12,8 +12,10 @@ then ``finish``, ``failed`` (the job raised ``NoRetryError``/``BusinessFailure``
 other exception: the engine then calls ``on_retry``, back to ``enqueue`` with "waiting for retry
 (n of m)", or ``on_dead``, a final ``error``). ``on_requeue`` records a job put back at shutdown.
 Records go through the process's recording thread (``tracking.writer``): ``working`` is not
-waited for, every later record is, so a job is acknowledged only once its final status is
-committed, and the records of one job are applied in the order they happened.
+waited for, every later record is (``finish``, in a worker's processor thread, by the acker
+before the job's ack rather than by the thread: ``jobsapp.hold_ack``), so a job is acknowledged
+only once its final status is committed, and the records of one job are applied in the order
+they happened.
 
 Both return at once, without a query, for a job whose payload lacks ``use_task_event``. A
 database error while recording is logged and the job goes on: tracking never decides a job's
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError
@@ -114,7 +117,9 @@ class TrackingServerMiddleware(ServerMiddleware):
             # A crash: the engine retries or kills the job next and tells on_retry / on_dead.
             self._safely(handle, handle.end, CRASHED, describe(exc))
             raise
-        self._safely(handle, handle.end, FINISHED, None)
+        # The engine acknowledges a job that returned: in a worker its ack waits for this commit
+        # (jobsapp.hold_ack), not this thread.
+        self._safely(handle, partial(handle.end, acknowledged=True), FINISHED, None)
         return result
 
     @staticmethod

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from .conf import tracking_settings
 from .transitions import MESSAGES_ONLY, START, WORKING, Change, MessageEntry, Transition, message_entry
-from .writer import get_writer, record_change, records_inline
+from .writer import get_writer, record_change, record_change_held, records_inline
 
 
 class EventHandle:
@@ -101,10 +101,13 @@ class EventHandle:
         entries = self._take()
         return Change(self.job_id, MESSAGES_ONLY, timezone.now(), entries=entries) if entries else None
 
-    def end(self, transition: Transition, message: str | None = None) -> bool | None:
-        """Record how the run ended, with the buffered messages, in one write; returns once it is
-        committed (so before the engine acknowledges the job)."""
+    def end(self, transition: Transition, message: str | None = None, *, acknowledged: bool = False) -> bool | None:
+        """Record how the run ended, with the buffered messages, in one write, committed before
+        the engine acknowledges the job: waited for here, or, for an ending the job's ack follows
+        (``acknowledged``) in a worker's processor thread, held with that ack (None then)."""
         change = Change(self.job_id, transition, timezone.now(), message=message, entries=self._take())
+        if acknowledged and record_change_held(change):
+            return None
         return record_change(change, wait=True)
 
     def _take(self) -> list[MessageEntry]:

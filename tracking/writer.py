@@ -13,7 +13,10 @@ What waits and what does not, and why no event can stay ``working`` for a job th
   queued before the batch is written, both go out in one UPDATE (the event never shows
   ``working``: it was too short to see).
 - A final status (``finish``, ``failed``, ``error``) and the engine's decisions (retry, dead,
-  requeue) wait until their batch is committed before the processor thread goes on. The engine
+  requeue) wait until their batch is committed before the processor thread goes on; in a
+  worker's processor thread a ``finish``, ``failed`` or ``cancelled`` that the job's ack follows
+  does not wait there: it holds the ack instead (``record_change_held``, ``jobsapp.hold_ack``),
+  which the acker sends only once the batch is committed, and the thread takes its next job. The engine
   acknowledges a job only after its processor thread returns, so a job whose ack reached Redis
   has its final status committed. If the process is SIGKILLed first, whatever was queued is lost
   with it, but those jobs were not acknowledged: they run again (orphan recovery) and record
@@ -54,6 +57,8 @@ except ImportError:  # not POSIX: SQLite's busy handler alone
     fcntl = None  # type: ignore[assignment]
 
 from django.db import DatabaseError, connection
+
+from jobsapp import hold_ack
 
 from . import launching
 from .conf import tracking_settings
@@ -114,6 +119,22 @@ class Writer:
                 self._thread = threading.Thread(target=self._run, name="tracking.writer", daemon=True)
                 self._thread.start()
 
+    def submit_held(self, change: Change) -> bool:
+        """Queue ``change`` with the job's acknowledgement held until it is committed
+        (``jobsapp.hold_ack``: the worker's acker waits for it, not this thread); False, with
+        nothing queued, when this thread cannot hold its job's ack."""
+        done = threading.Lock()
+        done.acquire()
+        ticket = Ticket(change, done)
+
+        def release(timeout_seconds: float) -> bool:
+            return done.acquire(timeout=timeout_seconds)
+
+        if not hold_ack(release):
+            return False
+        self._queue(ticket)
+        return True
+
     def submit(self, change: Change, *, wait: bool) -> bool | None:
         """Queue ``change``. With ``wait``, block until it is committed and return whether it
         changed its event (raising the database error if it could not be written)."""
@@ -122,13 +143,7 @@ class Writer:
             done = threading.Lock()
             done.acquire()
         ticket = Ticket(change, done)
-        with self._condition:
-            if self._thread is None:
-                self.start()
-            self._pending.append(ticket)
-            self._waiting += done is not None
-            if self._wake_at is not None and self._waiting >= self._wake_at:
-                self._condition.notify()
+        self._queue(ticket)
         if done is None:
             return None
         if not done.acquire(timeout=tracking_settings.BATCH_WAIT_SECONDS):
@@ -136,6 +151,16 @@ class Writer:
         if ticket.error is not None:
             raise ticket.error
         return ticket.result
+
+    def _queue(self, ticket: Ticket) -> None:
+        done = ticket.done
+        with self._condition:
+            if self._thread is None:
+                self.start()
+            self._pending.append(ticket)
+            self._waiting += done is not None
+            if self._wake_at is not None and self._waiting >= self._wake_at:
+                self._condition.notify()
 
     def defer(self, delay_seconds: float, take: Callable[[], Change | None]) -> None:
         """Call ``take`` on this thread in ``delay_seconds`` (sooner when stopping) and queue the
@@ -365,6 +390,16 @@ def records_inline() -> bool:
     """Whether ``record_change`` writes in the calling thread: inside a transaction, or with
     batching off."""
     return not tracking_settings.BATCH_WRITES or connection.in_atomic_block
+
+
+def record_change_held(change: Change) -> bool:
+    """Record ``change`` through this process's writer with the job's acknowledgement held until
+    it is committed (a worker's processor thread: ``jobsapp.hold_ack``), without waiting here;
+    False, with nothing recorded, where that cannot be done (recording inline, or a thread that
+    does not hold acks): the caller records it with ``record_change(..., wait=True)``."""
+    if records_inline():
+        return False
+    return get_writer().submit_held(change)
 
 
 def record_change(change: Change, *, wait: bool) -> bool | None:

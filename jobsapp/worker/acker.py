@@ -27,6 +27,11 @@ its own thread, and each round first counts the successes recorded so far, one
 ``batch_update.lua`` call per batch (``batch.count_successes``), then acknowledges. So a job is
 never acknowledged before its batch counted it; if that call fails, the round is resent as a
 whole (counting is idempotent per jid) and nothing is acknowledged meanwhile.
+
+Likewise a server middleware's durable write (``jobsapp.hold_ack``: tracking's final status): the
+holds a processor thread recorded while running its job are taken with ``record`` and each round
+waits for every hold taken before it (``HOLD_WAIT_SECONDS`` at most, then the jobs are
+acknowledged anyway and the late write logged, as a failed write is) before its ack.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import time
 
 import redis
 
-from .. import batch
+from .. import acks, batch
 from ..backoff import Backoff
 from ..processes import DurationCounter
 from .fetch import Fetch, UnitOfWork
@@ -64,6 +69,9 @@ COUNT_ONLY_PAUSE_SECONDS = 0.005
 #: jobs of the refused batch are out of flight already; those finishing meanwhile wait this long).
 COUNTS_REFUSED_CAP_SECONDS = 1.0
 
+#: The longest a round waits for one held write (``jobsapp.hold_ack``) before acknowledging.
+HOLD_WAIT_SECONDS = 60.0
+
 #: How long ``stop`` waits for the last batch to reach Redis.
 STOP_JOIN_SECONDS = 10.0
 
@@ -80,6 +88,7 @@ class Acker:
         self._jids: list[str] = []
         self._sending: list[UnitOfWork] = []  # the batch on its way to Redis
         self._successes: list[tuple[redis.Redis, str, str]] = []  # batch jobs' successes: (client, bid, jid)
+        self._holds: list[acks.Release] = []  # middleware writes to be durable before the next ack
         self._processed = 0
         self._failed = 0
         self._waiting = False  # the thread waits for work: the next record wakes it
@@ -110,8 +119,11 @@ class Acker:
 
     def record(self, unit: UnitOfWork, result: Result) -> None:
         """A processor thread finished ``unit``: acknowledge it (when it is still in flight) and
-        count it in the next batch."""
+        count it in the next batch (after the writes its middleware held it for)."""
+        holds = acks.take()
         with self._lock:
+            if holds:
+                self._holds.extend(holds)
             if result.acknowledge and self.fetch.reliable:
                 self._units.append(unit)
                 self._jids.append(result.jid)
@@ -161,8 +173,12 @@ class Acker:
             processed, failed = self._processed, self._failed
             self._processed = self._failed = 0
             successes, self._successes = self._successes, []
+            holds, self._holds = self._holds, []
             self._sending = units  # still ours until acknowledged
-            return units, jids, processed, failed, successes
+        for release in holds:  # outside the lock: processor threads go on recording meanwhile
+            if not release(HOLD_WAIT_SECONDS):
+                logger.error("ack: a middleware's write was not durable within %.0f s; its job is acknowledged anyway", HOLD_WAIT_SECONDS)
+        return units, jids, processed, failed, successes
 
     def _run(self) -> None:
         backoff = Backoff("ack", logger=logger)

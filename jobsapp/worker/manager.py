@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 
-from .. import batch, ending, limiter, registry
+from .. import acks, batch, ending, limiter, registry
 from ..backoff import Backoff, call_with_retry
 from ..connection import CONNECTION_ERRORS, REDIS_ERRORS
 from ..outcomes import RequeueReason
@@ -162,8 +162,9 @@ class Manager:
 
     def _process_loop(self) -> None:
         ident = threading.get_ident()
-        if self.fetch.reliable:  # a batch job's success rides with its ack (see acker)
+        if self.fetch.reliable:  # a batch job's success and a middleware's held write ride with its ack (see acker)
             batch.route_successes(self.acker.defer_batch_success)
+            acks.collect()
         backoff = Backoff("fetch", logger=logger)
         while True:
             unit = self.dispatcher.next_unit(ident, backoff)
