@@ -30,7 +30,7 @@ only when that is not enough.
 | jobsapp.W046 | REDIS_CLUSTER with Ruby-style job class names: Ruby Sidekiq cannot run on a cluster |
 | jobsapp.E047 | the server REDIS_URL names is a cluster node and REDIS_CLUSTER is off, or the reverse (tag ``jobsapp_redis``: asks Redis) |
 | jobsapp.E048 | a cluster master whose maxmemory-policy is not noeviction (tag ``jobsapp_redis``) |
-| jobsapp.E201-E205, W201-W202 | the Django tasks backend's TASKS entry (``jobsapp.django_tasks.JobsBackend.check``) |
+| jobsapp.E201-E205, W201 | the Django tasks backend's TASKS entry (``jobsapp.django_tasks.JobsBackend.check``) |
 
 tests/jobsapp/test_check_ids.py pins every id: an id is never renumbered or reused.
 """

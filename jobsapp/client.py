@@ -60,7 +60,7 @@ interceptor: Callable[[type[JobClass] | None, Item], bool | None] | None = None
 
 
 class _Prepared:
-    __slots__ = ("at", "batch", "data", "jid", "queue", "record", "unique_lock")
+    __slots__ = ("at", "batch", "data", "jid", "priority", "queue", "record", "unique_lock")
 
     def __init__(self, jid: str, queue: str, at: float | None, data: bytes) -> None:
         self.jid = jid
@@ -73,6 +73,8 @@ class _Prepared:
         self.unique_lock: tuple[str, int] | None = None
         # the batch (jobsapp.batch) whose jobs() block this push runs in: counted with the push
         self.batch: str | None = None
+        # sidekiq_options(priority=...): pushed to the queue's priority ZSET (jobsapp.priority)
+        self.priority: int | None = None
 
 
 def _job_class_for(item: Item, job_class: type[JobClass] | None) -> type[JobClass] | None:
@@ -105,6 +107,7 @@ def _prepare(item: Item, job_class: type[JobClass] | None, connection: redis.Red
     prepared = _Prepared(result["jid"], result["queue"], scheduled_at, encode(result))
     prepared.unique_lock = plan.unique_lock
     prepared.batch = bid
+    prepared.priority = plan.priority
     if plan.retain_seconds is not None:
         prepared.record = (results.pushed_fields(result, scheduled_at=scheduled_at), plan.retain_seconds)
     return prepared, result
@@ -141,7 +144,13 @@ def _write_plain(connection: redis.Redis, entry: _Prepared) -> None:
 def _is_plain(entry: _Prepared, shard: str) -> bool:
     """Whether ``entry`` needs nothing but its own push: no unique lock, batch, result record, or
     replicas to wait for."""
-    return entry.unique_lock is None and entry.batch is None and entry.record is None and not shards.setting(shard, "ENQUEUE_REPLICAS")
+    return (
+        entry.unique_lock is None
+        and entry.batch is None
+        and entry.record is None
+        and entry.priority is None
+        and not shards.setting(shard, "ENQUEUE_REPLICAS")
+    )
 
 
 def _write(connection: redis.Redis, prepared: list[_Prepared], *, shard: str = shards.DEFAULT) -> set[str]:
@@ -221,9 +230,12 @@ def _queue_writes(pipe: redis.client.Pipeline, prepared: list[_Prepared]) -> _Wr
             results.add_pushed(pipe, entry.jid, fields, retain=retain, scheduled_at=entry.at)
     by_queue: dict[str, list[bytes]] = defaultdict(list)
     scheduled: dict[bytes, float] = {}
+    ranked: list[_Prepared] = []
     for entry in prepared:
         if entry.unique_lock is not None:
             written.unique_entries.append(entry)
+        elif entry.at is None and entry.priority is not None:
+            ranked.append(entry)
         elif entry.at is None:
             by_queue[entry.queue].append(entry.data)
         else:
@@ -233,6 +245,10 @@ def _queue_writes(pipe: redis.client.Pipeline, prepared: list[_Prepared]) -> _Wr
         for queue, payloads in by_queue.items():
             written.pushes.append((len(pipe), len(payloads)))
             pipe.lpush(keys.queue(queue), *payloads)
+    for entry in ranked:  # in push order: FIFO within one priority
+        if entry.priority is not None:  # always: that is how it got into ranked
+            written.pushes.append((len(pipe), 1))
+            scripts.priority_push(pipe, queue=entry.queue, level=entry.priority, data=entry.data)
     if scheduled:
         written.pushes.append((len(pipe), len(scheduled)))
         pipe.zadd(keys.SCHEDULE, scheduled)
@@ -348,6 +364,8 @@ def push_bulk(item: Item, *, batch_size: int = 1000, job_class: type[JobClass] |
         job_batch.current() is None
         and options.UNIQUE_FOR_KEY not in template
         and options.EXPIRES_IN_KEY not in template  # each job's expires_at follows its own run-at time
+        and options.PRIORITY_KEY not in template  # a prioritised job goes through priority_push.lua
+        and not (job_class is not None and options.PRIORITY_KEY in job_class.sidekiq_options_hash)
         and not (job_class is not None and options.UNIQUE_FOR_KEY in job_class.sidekiq_options_hash)
     )
     if interceptor is None and plain and not any(each.wants(job_class, template) for each in client_chain().instances()):

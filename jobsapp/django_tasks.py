@@ -22,11 +22,10 @@ retried. What becomes of a failed task is the engine's: by default (``RETRY: 0``
 straight to the dead set (the operator can retry it from the dashboard) and its result says
 FAILED; ``RETRY: n`` retries it n times with Sidekiq's backoff (READY meanwhile).
 
-Priorities are accepted and ignored: a task declared (or made with ``using()``) with a priority
-other than 0 (within Django's -100..100) is valid, warns ``PriorityIgnored`` at that line of
-code, and runs in order of arrival in its queue, as every job of that queue does
-(``supports_priority`` stays False: the engine does not order by priority). ``manage.py check``
-lists such tasks (jobsapp.W202). Django's range check still refuses -101, 101 or 3.1.
+Priorities are honoured as Django defines them: a task's ``priority`` (-100..100, higher
+first, 0 the default) becomes the job's ``priority`` (``jobsapp.priority``), so within a queue
+the tasks of a higher priority run first, and those of one priority in order of arrival
+(``supports_priority`` is True). A task of priority 0 is a plain job in Sidekiq's layout.
 
 ``enqueue`` returns the result ``get_result`` reads back: ``enqueued_at`` is the push's
 ``created_at`` (stamped before the push, stored with the job's record, and unchanged by retries
@@ -42,18 +41,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import inspect
-import os
 import threading
 import traceback
-import warnings
 from typing import TYPE_CHECKING, Any
 
 try:
-    import django.tasks as django_tasks_package
     from django.tasks import TaskContext, TaskResult, TaskResultStatus
     from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import DEFAULT_TASK_PRIORITY, TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, Task, TaskError
-    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.base import DEFAULT_TASK_PRIORITY, Task, TaskError
+    from django.tasks.exceptions import TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError as exc:  # Django < 6.0 has no django.tasks: the backend is not offered
     raise ImportError("jobsapp.django_tasks needs Django 6.0 or later (django.tasks); this is an older Django") from exc
@@ -62,7 +58,7 @@ from django.apps import apps
 from django.core import checks
 from django.utils.json import normalize_json
 
-from . import registry, results
+from . import priority, registry, results
 from .conf import jobs_settings
 from .functions import FunctionJob, dotted_path, job_class_for
 from .payload import now
@@ -97,26 +93,6 @@ _STATUSES = {
     results.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
     results.FAILED: TaskResultStatus.FAILED,
 }
-
-
-#: Frames between a user's ``@task(...)`` or ``.using(...)`` and the ``PriorityIgnored`` warning
-#: (dataclass code generated at class creation has the file name "<string>").
-_DECLARATION_FRAMES = (os.path.dirname(django_tasks_package.__file__), dataclasses.__file__, __file__, "<string>")
-
-
-def _declaration_stacklevel() -> int:
-    """The ``stacklevel`` of the first frame, above the caller, outside ``_DECLARATION_FRAMES``."""
-    level = 1  # the caller of this function: the one that warns
-    frame = inspect.currentframe()
-    frame = frame.f_back if frame is not None else None
-    while frame is not None and frame.f_code.co_filename.startswith(_DECLARATION_FRAMES):
-        frame = frame.f_back
-        level += 1
-    return level
-
-
-class PriorityIgnored(UserWarning):
-    """A task has a priority other than 0: it is accepted, and runs in order of arrival in its queue."""
 
 
 def _datetime(epoch: float | None) -> dt.datetime | None:
@@ -223,16 +199,6 @@ class JobsTask(_TaskBase):
 
     def __post_init__(self) -> None:
         Task.__post_init__(self)  # Django's validate_task call
-        backend = self.get_backend()
-        if self.priority != DEFAULT_TASK_PRIORITY and isinstance(backend, JobsBackend):
-            # at @task(...) or using(...); Python's default filter shows each message once per line of code
-            warnings.warn(
-                PriorityIgnored(
-                    f"Task {self.module_path} has priority {self.priority}: {type(backend).__name__} ignores priorities; "
-                    "its tasks run in order of arrival within their queue."
-                ),
-                stacklevel=_declaration_stacklevel(),
-            )
         _register(self)
 
 
@@ -243,23 +209,13 @@ class JobsBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True  # awaited on the worker's event loop (jobsapp.worker.aio)
     supports_get_result = True
-    supports_priority = False
+    supports_priority = True  # within a queue (jobsapp.priority)
 
     def option(self, name: str) -> Any:
         """An ``OPTIONS`` value, or its default (``options`` itself is kept as given)."""
         return self.options.get(name, DEFAULT_OPTIONS[name])
 
     # --- producing ---------------------------------------------------------------------
-
-    def validate_task(self, task: Task[Any, Any]) -> None:
-        """Django's rules, except that a priority within -100..100 is accepted (and ignored: the
-        task warns ``PriorityIgnored`` where it is declared) instead of refused."""
-        priority = task.priority
-        if priority != DEFAULT_TASK_PRIORITY:
-            if not TASK_MIN_PRIORITY <= priority <= TASK_MAX_PRIORITY or int(priority) != priority:
-                raise InvalidTask(f"priority must be a whole number between {TASK_MIN_PRIORITY} and {TASK_MAX_PRIORITY}.")
-            task = _copy(task, priority=DEFAULT_TASK_PRIORITY)
-        super().validate_task(task)
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
         self.validate_task(task)
@@ -276,6 +232,8 @@ class JobsBackend(BaseTaskBackend):
             # unless OPTIONS["ENQUEUE_ON_COMMIT"] asks to wait for the commit
             "on_commit": self.option("ENQUEUE_ON_COMMIT") is True,
         }
+        if task.priority != DEFAULT_TASK_PRIORITY:
+            options[priority.PRIORITY_KEY] = task.priority
         if task.takes_context:
             options[CONTEXT_KEY] = True
         args_list: list[Any] = list(normalize_json(list(args)))  # type: ignore[arg-type]  # a list stays a list
@@ -316,7 +274,7 @@ class JobsBackend(BaseTaskBackend):
             errors.append(TaskError(exception_class_path=_exception_path(record.error_class), traceback=record.error_traceback))
         elif record.failed:  # failed with no exception recorded (e.g. expired): say why, as an Exception
             errors.append(TaskError(exception_class_path="builtins.Exception", traceback=record.error_message or record.reason))
-        # the task as it was enqueued: its queue and run_after (the declared priority: it is ignored)
+        # the task as it was enqueued: its queue and run_after (its priority as declared)
         run_after = _datetime(record.scheduled_at)
         if record.queue != task.queue_name or run_after != task.run_after or self.alias != task.backend:
             task = _copy(task, queue_name=record.queue, run_after=run_after, backend=self.alias)
@@ -384,21 +342,6 @@ class JobsBackend(BaseTaskBackend):
                     f"TASKS[{self.alias!r}]['OPTIONS']['ENQUEUE_ON_COMMIT'] is {self.option('ENQUEUE_ON_COMMIT')!r}.",
                     hint="Use False (enqueue at once, Django's default) or True (wait for the transaction's commit).",
                     id="jobsapp.E205",
-                )
-            )
-        with _lock:
-            prioritized = sorted(
-                (name, task.priority)
-                for name, task in _tasks.items()
-                if task.priority != DEFAULT_TASK_PRIORITY and task.backend == self.alias
-            )
-        for name, priority in prioritized:
-            messages.append(
-                checks.Warning(
-                    f"Task {name} has priority {priority}, which TASKS[{self.alias!r}] ignores.",
-                    hint="JobsBackend runs the tasks of a queue in order of arrival; use a queue of its own "
-                    "(queue_name=..., listed first with runworkers -q) for work that must go first.",
-                    id="jobsapp.W202",
                 )
             )
         worker_queues = set(jobs_settings.QUEUES)

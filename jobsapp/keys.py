@@ -193,11 +193,19 @@ RESULTS: str  # ZSET score=expiry epoch seconds, member=jid of a finished retain
 STAT_EXPIRED: str  # STRING lifetime counter of jobs dropped unrun past expires_at
 CANCELLED: str  # ZSET score=request epoch seconds, member=jid: the cancels asked for lately (jobsapp.cancellation)
 CANCEL_CHANNEL: str  # pub/sub channel: each message is the jid of a job to cancel, heard by every worker process
+PRIORITISED: str  # SET of queue names whose priority_queue() holds jobs: the index fetch reads first (jobsapp.priority)
+PRIORITY_SEQUENCE: str  # STRING counter: the arrival order of prioritised jobs, FIFO within one priority
 
 
 def inflight(identity: str) -> str:
     """LIST of raw job JSON a process has fetched and not yet acknowledged (reliable fetch)."""
     return f"{prefix()}jobsapp:inflight:{identity}"
+
+
+def priority_queue(name: str) -> str:
+    """ZSET score=rank, member=job JSON: the jobs of queue ``name`` pushed with a priority other
+    than 0 (``jobsapp.priority``); the lowest rank runs first. Ruby processes never read it."""
+    return f"{prefix()}jobsapp:pqueue:{name}"
 
 
 def started(identity: str) -> str:
@@ -355,6 +363,8 @@ _NAMED: dict[str, str] = {
     "STAT_EXPIRED": "jobsapp:stat:expired",
     "CANCELLED": "jobsapp:cancelled",
     "CANCEL_CHANNEL": "jobsapp:cancel",
+    "PRIORITISED": "jobsapp:prioritised",
+    "PRIORITY_SEQUENCE": "jobsapp:priority:sequence",
     "CRON_JOBS": "cron_jobs",
     "UNIQUE_LOCK_PATTERN": "jobsapp:unique:*",
     "LIMITERS": "jobsapp:limiters",

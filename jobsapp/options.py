@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import keys
+from . import keys, priority
 from .payload import Item, compact_json
 
 #: The payload field (and sidekiq_options key) of a job's timeout, in seconds (``jobsapp.worker.timeouts``).
@@ -39,6 +39,8 @@ UNIQUE_FOR_KEY = "unique_for"
 UNIQUE_UNTIL_KEY = "unique_until"
 UNTIL_CHOICES = ("start", "success")
 DIGEST_KEY = "unique_digest"
+#: A job's priority within its queue (``jobsapp.priority``).
+PRIORITY_KEY = priority.PRIORITY_KEY
 #: Job results (``jobsapp.results``): how long the record lives after the job's last change.
 RETAIN_KEY = "retain"
 #: The longest ``retain``: a year. A push asking for more is refused; a payload from another
@@ -123,6 +125,7 @@ class Stamp:
     timestamp: float  # the push's time
     unique_lock: tuple[str, int] | None = None  # (lock key, TTL ms): taken with the push, or refused
     retain_seconds: float | None = None  # the result record's lifetime after its last change
+    priority: int | None = None  # the job's priority (jobsapp.priority); None: a plain job, in queue:<name>
 
 
 def _timeout_rule(item: Item, stamp: Stamp) -> None:
@@ -149,6 +152,20 @@ def _retain_rule(item: Item, stamp: Stamp) -> None:
     stamp.retain_seconds = retain_seconds(item)
 
 
+def _priority_rule(item: Item, stamp: Stamp) -> None:
+    if item[priority.PRIORITY_KEY] is None:
+        del item[priority.PRIORITY_KEY]
+        return
+    level = priority.checked(item[priority.PRIORITY_KEY])
+    if level == priority.DEFAULT_PRIORITY:  # no priority: the payload stays Sidekiq's, byte for byte
+        del item[priority.PRIORITY_KEY]
+        return
+    if UNIQUE_FOR_KEY in item:
+        raise ValueError("a unique job (unique_for) cannot have a priority: its lock is taken with a push to the queue's list")
+    item[priority.PRIORITY_KEY] = level
+    stamp.priority = level
+
+
 #: A rule checks its option in the item (ValueError) and stamps what it implies.
 Rule = Callable[[Item, Stamp], None]
 
@@ -159,6 +176,7 @@ RULES: list[tuple[str, Rule]] = [
     (EXPIRES_IN_KEY, _expires_rule),
     (UNIQUE_FOR_KEY, _unique_rule),
     (RETAIN_KEY, _retain_rule),
+    (priority.PRIORITY_KEY, _priority_rule),
 ]
 
 

@@ -28,7 +28,7 @@ import redis
 from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
 
-from . import keys
+from . import keys, priority
 
 LUA_DIRECTORY = Path(__file__).resolve().parent / "lua"
 
@@ -103,8 +103,11 @@ def retry(
 def recover_requeue(client: redis.Redis, *, inflight_key: str, raw: bytes, queue: str, jid: str, marked: bytes, blamed: bool) -> int:
     """``recover_requeue.lua``: a dead process's in-flight job back on ``queue`` (``marked`` pushed
     instead of ``raw`` when not empty); the recovery count, or 0 when it was gone."""
+    level = priority.of_raw(raw)
     reply = script("recover_requeue")(
-        client, [inflight_key, keys.queue(queue), keys.QUEUES, keys.RECOVERIES], [raw, queue, jid, marked, 1 if blamed else 0]
+        client,
+        [inflight_key, _target(queue, level), keys.QUEUES, keys.RECOVERIES, keys.PRIORITISED, keys.PRIORITY_SEQUENCE],
+        [raw, queue, jid, marked, 1 if blamed else 0, _rank(level)],
     )
     return int(reply)
 
@@ -123,10 +126,23 @@ def recover_bury(
 def schedule_move(client: redis.Redis, *, set_key: str, moves: Sequence[tuple[bytes, str, bytes | str]]) -> int:
     """``schedule_move.lua``: move due ``(member, queue, payload)`` entries of ``set_key``
     (``keys.SCHEDULE`` or ``keys.RETRY``) to their queues; how many this call moved."""
+    levels = [priority.of_raw(payload) for _, _, payload in moves]
     reply = script("schedule_move")(
         client,
-        [set_key, keys.QUEUES, *[keys.queue(queue) for _, queue, _ in moves]],
-        [len(moves), *[member for member, _, _ in moves], *[payload for _, _, payload in moves], *[queue for _, queue, _ in moves]],
+        [
+            set_key,
+            keys.QUEUES,
+            *[_target(queue, level) for (_, queue, _), level in zip(moves, levels, strict=True)],
+            keys.PRIORITISED,
+            keys.PRIORITY_SEQUENCE,
+        ],
+        [
+            len(moves),
+            *[member for member, _, _ in moves],
+            *[payload for _, _, payload in moves],
+            *[queue for _, queue, _ in moves],
+            *[_rank(level) for level in levels],
+        ],
     )
     return int(reply)
 
@@ -333,7 +349,17 @@ class Fetched(NamedTuple):
 def fetch(client: redis.Redis, *, inflight_key: str, queue_names: Sequence[str], count: int) -> Fetched:
     """``fetch.lua``: move up to ``count`` jobs from ``queue_names`` (in that order, skipping
     paused ones) to ``inflight_key``."""
-    taken, paused = script("fetch")(client, [inflight_key, keys.PAUSED, *[keys.queue(name) for name in queue_names]], [count, *queue_names])
+    taken, paused = script("fetch")(
+        client,
+        [
+            inflight_key,
+            keys.PAUSED,
+            *[keys.queue(name) for name in queue_names],
+            keys.PRIORITISED,
+            *[keys.priority_queue(name) for name in queue_names],
+        ],
+        [count, *queue_names, priority.ZERO_RANK],
+    )
     jobs = [(_bytes(taken[index + 1]), queue_names[int(taken[index]) - 1]) for index in range(0, len(taken), 2)]
     return Fetched(jobs, frozenset(queue_names[int(position) - 1] for position in paused))
 
@@ -380,13 +406,38 @@ def ack(
     return Acknowledged(int(removed), bool(counted))
 
 
+def _target(queue: str, level: int | None) -> str:
+    """Where a job of ``queue`` is pushed: its LIST, or its priority ZSET (``jobsapp.priority``)."""
+    return keys.queue(queue) if level is None else keys.priority_queue(queue)
+
+
+def _rank(level: int | None) -> str | int:
+    """The ARGV a pushing script reads for a job's priority: '' for a plain job, else its rank base."""
+    return "" if level is None else priority.rank_base(level)
+
+
+def priority_push(pipe: redis.client.Pipeline, *, queue: str, level: int, data: bytes | str) -> None:
+    """``priority_push.lua``, queued on ``pipe`` (its reply is 1, one job written): push a job
+    with priority ``level`` (not 0) onto ``queue``'s priority ZSET, after every job of its priority."""
+    script("priority_push")(
+        pipe, [keys.QUEUES, keys.PRIORITISED, keys.PRIORITY_SEQUENCE, keys.priority_queue(queue)], [queue, priority.rank_base(level), data]
+    )
+
+
 def requeue(client: redis.Redis, *, inflight_key: str, jobs: Sequence[tuple[bytes, str]]) -> int:
     """``requeue.lua``: put ``(raw, queue)`` jobs back at the front of their queues ('' in-flight
-    key: unconditionally); how many were put back."""
+    key: unconditionally), a prioritised job at the front of its priority; how many were put back."""
+    levels = [priority.of_raw(raw) for raw, _ in jobs]
     reply = script("requeue")(
         client,
-        [inflight_key or keys.absent(), keys.QUEUES, *[keys.queue(queue) for _, queue in jobs]],
-        [*[raw for raw, _ in jobs], *[queue for _, queue in jobs]],
+        [
+            inflight_key or keys.absent(),
+            keys.QUEUES,
+            *[_target(queue, level) for (_, queue), level in zip(jobs, levels, strict=True)],
+            keys.PRIORITISED,
+            keys.PRIORITY_SEQUENCE,
+        ],
+        [*[raw for raw, _ in jobs], *[queue for _, queue in jobs], *[_rank(level) for level in levels]],
     )
     return int(reply)
 

@@ -21,6 +21,7 @@ Queue order follows Sidekiq's CLI: ``-q a -q b`` is strict (always a before b); 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import queue
 import random
 import threading
@@ -47,6 +48,8 @@ PAUSED_REFRESH_SECONDS = 1.0
 
 #: The most packed BRPOP commands basic fetch keeps (one per queue order it has used).
 MAX_PACKED_COMMANDS = 256
+
+logger = logging.getLogger("jobsapp.fetch")
 
 
 @dataclass(slots=True)
@@ -432,6 +435,7 @@ class BasicFetch:
         self._blocking_ids: list[int] = []  # every thread's blocking connection, for CLIENT UNBLOCK
         self._paused: frozenset[str] = frozenset()
         self._paused_read_at: float | None = None
+        self._reported: set[str] = set()  # the queues whose prioritised jobs were reported
         self._keys = {name: keys.queue(name) for name in queues.names}
         self._names = {key.encode("utf-8"): name for name, key in self._keys.items()}
         self._commands: dict[tuple[tuple[str, ...], float], bytes] = {}
@@ -445,9 +449,24 @@ class BasicFetch:
         with self._lock:  # one thread reads; the others wait for its answer (once a second)
             now = self.clock()
             if self._paused_read_at is None or now - self._paused_read_at >= PAUSED_REFRESH_SECONDS:
-                self._paused = frozenset(as_text(name) for name in self.client.smembers(keys.PAUSED))
+                pipe = self.client.pipeline(transaction=False)
+                pipe.smembers(keys.PAUSED)
+                pipe.smembers(keys.PRIORITISED)
+                paused, prioritised = pipe.execute()
+                self._paused = frozenset(as_text(name) for name in paused)
                 self._paused_read_at = now
+                self._report_prioritised({as_text(name) for name in prioritised})
             return self._paused
+
+    def _report_prioritised(self, prioritised: set[str]) -> None:
+        """BRPOP reads the lists only: a served queue holding prioritised jobs (jobsapp.priority)
+        is said once per queue, as an ERROR, since this worker will not run them."""
+        for name in sorted(prioritised & set(self.queues.names) - self._reported):
+            self._reported.add(name)
+            logger.error(
+                "queue %s holds prioritised jobs, which basic fetch does not take: run its workers with reliable fetch (the default)",
+                name,
+            )
 
     def _pop_connection(self) -> PopConnection:
         """This thread's own connection, held for good (``pop_connection``: a BRPOP is

@@ -127,6 +127,12 @@ def call_every_script(identity: str = "host:1:0123456789ab") -> None:
             token_key=token_key,
         )
     scripts.requeue(None, inflight_key=inflight, jobs=[(b"{}", "default"), (b"{}", "other")])  # type: ignore[arg-type]
+    # a prioritised job goes to its queue's priority ZSET (jobsapp.priority), with the index and the counter
+    prioritised = b'{"priority":5}'
+    scripts.requeue(None, inflight_key=inflight, jobs=[(prioritised, "default"), (b"{}", "other")])  # type: ignore[arg-type]
+    scripts.priority_push(None, queue="default", level=5, data=prioritised)  # type: ignore[arg-type]
+    scripts.schedule_move(None, set_key=keys.RETRY, moves=[(b"{}", "default", prioritised), (b"{}", "other", b"{}")])  # type: ignore[arg-type]
+    scripts.recover_requeue(None, inflight_key=inflight, raw=prioritised, queue="default", jid="j", marked=b"", blamed=True)  # type: ignore[arg-type]
     scripts.requeue(None, inflight_key="", jobs=[(b"{}", "default")])  # type: ignore[arg-type]
     scripts.chord_part(None, chord_id="c", jid="j", value_json="1", header_size=2, ttl_seconds=1, callback_job=b"{}", queue="default")  # type: ignore[arg-type]
 
@@ -178,6 +184,7 @@ def test_standalone_names_are_sidekiqs_and_carry_no_tag(recorded, standalone_mod
     assert keys.process("host:1:abc") == "host:1:abc"
     assert keys.stat_processed_daily(dt.date(2026, 1, 2)) == "stat:processed:2026-01-02"
     assert keys.absent() == ""
+    assert keys.priority_queue("default") == "jobsapp:pqueue:default" and keys.PRIORITISED == "jobsapp:prioritised"
 
 
 def test_cluster_names_are_the_standalone_ones_behind_the_partitions_tag(cluster_mode):

@@ -18,7 +18,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist  # noqa:
 from django.tasks.signals import task_enqueued  # noqa: E402
 
 from jobsapp import registry  # noqa: E402
-from jobsapp.django_tasks import JobsBackend, PriorityIgnored  # noqa: E402
+from jobsapp.django_tasks import JobsBackend  # noqa: E402
 from tests.workers import ROOT_DIR, WorkerProcess, wait_until  # noqa: E402
 
 
@@ -60,28 +60,30 @@ def prioritized_function(value: int) -> int:
     return value
 
 
-def test_a_priority_is_accepted_with_a_warning_and_listed_by_the_system_check(settings):
+def test_a_priority_is_honoured_and_rides_in_the_payload_without_a_check_warning(settings, redis):
     tasks = tasks_module()
-    # (a backend of its own, so the check of "default" stays clean for other tests)
     settings.TASKS = {**settings.TASKS, "prioritized": {"BACKEND": "jobsapp.django_tasks.JobsBackend"}}
-    # Given a task declared with a priority in Django's range, When it is declared and enqueued
-    with pytest.warns(PriorityIgnored, match="prioritized_function has priority 10"):
-        prioritized = task(priority=10, backend="prioritized")(prioritized_function)
+    # Given a task declared with a priority in Django's range
+    prioritized = task(priority=10, backend="prioritized")(prioritized_function)
+    # When it is enqueued
     result = prioritized.enqueue(1)
-    # Then it is a valid task whose job is pushed (no InvalidTask at import time, nothing crashes)
+    # Then its job carries the priority and waits in the queue's priority ZSET, not in queue:default
     assert prioritized.priority == 10 and result.status == TaskResultStatus.READY
-    # And using(priority=...) is accepted too, while Django's range check still refuses -101 and 3.1
-    with pytest.warns(PriorityIgnored, match="add_numbers has priority -100"):
-        assert tasks.add_numbers.using(priority=-100).priority == -100
+    assert prioritized.get_backend().supports_priority
+    members = redis.zrange("jobsapp:pqueue:default", 0, -1)
+    assert [json.loads(member)["priority"] for member in members] == [10] and redis.llen("queue:default") == 0
+    # And a task of priority 0 stays a plain job without the key
+    plain = tasks.add_numbers.enqueue(1, 2)
+    assert (
+        "priority" not in json.loads(redis.lindex("queue:default", 0)) and json.loads(redis.lindex("queue:default", 0))["jid"] == plain.id
+    )
+    # And Django's range check still refuses -101, 101 and 3.1
+    assert tasks.add_numbers.using(priority=-100).priority == -100
     for bad in (-101, 101, 3.1):
         with pytest.raises(InvalidTask, match="priority must be a whole number"):
             tasks.add_numbers.using(priority=bad)
-    # And manage.py check says the priority is ignored
-    warnings = [message for message in prioritized.get_backend().check() if message.id == "jobsapp.W202"]
-    assert [message.msg for message in warnings] == [
-        "Task tests.jobsapp.test_django_tasks.prioritized_function has priority 10, which TASKS['prioritized'] ignores."
-    ]
-    assert [message for message in default_task_backend.check() if message.id == "jobsapp.W202"] == []
+    # And manage.py check has nothing to say about priorities
+    assert [message.id for message in prioritized.get_backend().check() if message.id.startswith("jobsapp.W")] == []
 
 
 def test_options_are_the_options_given():
@@ -200,7 +202,7 @@ def test_a_tasks_py_with_a_priority_passes_check_and_runworkers_starts(tmp_path,
     (tmp_path / "prioritized_app" / "tasks.py").write_text(PRIORITIZED_TASKS)
     (tmp_path / "prioritized_settings.py").write_text(PRIORITIZED_SETTINGS)
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT_DIR)]), "DJANGO_SETTINGS_MODULE": "prioritized_settings"}
-    # When manage.py check runs, Then it passes, saying the priority is ignored
+    # When manage.py check runs, Then it passes without a word about the priority
     checked = subprocess.run(
         [sys.executable, "manage.py", "check"],
         cwd=ROOT_DIR,
@@ -211,9 +213,7 @@ def test_a_tasks_py_with_a_priority_passes_check_and_runworkers_starts(tmp_path,
         check=False,
     )
     assert checked.returncode == 0, checked.stderr
-    assert "jobsapp.W202" in checked.stderr and "prioritized_app.tasks.urgent has priority 50" in checked.stderr
-    # (the warning points at the declaration)
-    assert "prioritized_app/tasks.py:5: PriorityIgnored" in checked.stderr
+    assert "priority" not in checked.stderr
     # And runworkers starts and registers itself
     with WorkerProcess(["-P", "1", "-c", "1"], env=env, redis_url=redis_server.url) as worker:
         assert worker.info()["pid"] == worker.pid

@@ -127,7 +127,7 @@ EDITS: dict[str, list[Edit]] = {
     "test_custom_backend.py": [
         Substitution(
             "from django.tasks.backends.base import BaseTaskBackend",
-            "from jobsapp.django_tasks import JobsBackend as BaseTaskBackend, JobsTask as Task, PriorityIgnored",
+            "from jobsapp.django_tasks import JobsBackend as BaseTaskBackend, JobsTask as Task",
             reason="the custom backends extend JobsBackend, as a project extending it would",
         ),
         Substitution("from django.tasks import Task, default_task_backend", "from django.tasks import default_task_backend"),
@@ -145,11 +145,11 @@ EDITS: dict[str, list[Edit]] = {
             "CustomBackendTestCase.test_backend_does_not_support_priority",
             """
             def test_backend_does_not_support_priority(self):
-                # JobsBackend accepts a priority and ignores it, with a warning
-                with self.assertWarnsRegex(PriorityIgnored, "noop_task has priority 10: CustomBackend ignores priorities"):
-                    self.assertEqual(test_tasks.noop_task.using(priority=10).priority, 10)
+                # JobsBackend supports priorities, and a backend extending it inherits them
+                self.assertTrue(default_task_backend.supports_priority)
+                self.assertEqual(test_tasks.noop_task.using(priority=10).priority, 10)
             """,
-            reason="Django's base refuses a priority from a backend without them (InvalidTask)",
+            reason="JobsBackend supports priorities; Django's base refuses them from a backend without (InvalidTask)",
         ),
         Definition(
             "CustomBackendTestCase.test_no_enqueue",

@@ -1,0 +1,192 @@
+"""Priorities within a queue (jobsapp.priority): higher first, FIFO within one priority, kept
+through the scheduler, retries, requeues and recovery; plain jobs keep Sidekiq's layout."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+
+import pytest
+
+from jobsapp import client, scripts
+from jobsapp.connection import get_redis, new_redis
+from jobsapp.worker.fetch import BasicFetch, QueueOrder, ReliableFetch
+from jobsapp.worker.recovery import recover_list
+from jobsapp.worker.scheduler import Scheduler
+from tests.testapp.jobs import RAN_KEY, Explode, Record
+from tests.workers import WorkerProcess, wait_until
+
+IDENTITY = "host:1:0123456789ab"
+
+
+def ran(redis) -> list[str]:
+    return [value.decode() for value in redis.lrange(RAN_KEY, 0, -1)]
+
+
+def reliable_fetch(identity: str = IDENTITY) -> ReliableFetch:
+    return ReliableFetch(
+        identity,
+        QueueOrder.parse(["default"]),
+        client=get_redis(),
+        blocking_client=new_redis(),
+        rng=random.Random(1),
+        make_blocking_client=new_redis,
+    )
+
+
+def test_a_job_without_a_priority_or_with_priority_0_keeps_sidekiqs_layout_byte_for_byte(redis):
+    # Given the same job pushed without a priority and with priority 0
+    item = {"class": "HardWorker", "args": [1, "two"], "jid": "0123456789abcdef01234567", "created_at": 1700000000.5}
+    client.push(dict(item))
+    client.push({**item, "priority": 0})
+    client.push({**item, "priority": None})
+    # Then all are in queue:default, the same bytes but for enqueued_at, with no "priority" key
+    raws = redis.lrange("queue:default", 0, -1)
+    assert len(raws) == 3
+    decoded = [json.loads(raw) for raw in raws]
+    assert all("priority" not in job for job in decoded)
+    texts = {raw.replace(json.dumps(job["enqueued_at"]).encode(), b"T") for raw, job in zip(raws, decoded, strict=True)}
+    assert len(texts) == 1
+    # And nothing of ours was written: no priority ZSET, no index entry
+    assert redis.exists("jobsapp:pqueue:default") == 0 and redis.scard("jobsapp:prioritised") == 0
+
+
+def test_a_bad_priority_is_refused_and_nothing_is_written(redis):
+    for bad in (101, -101, 1.5, "high", True):
+        with pytest.raises(ValueError, match="priority must be a whole number"):
+            client.push({"class": "X", "args": [], "priority": bad})
+    with pytest.raises(ValueError, match="priority must be a whole number"):
+        Record.set(priority=200).perform_async("x")
+    assert redis.llen("queue:default") == 0 and redis.exists("jobsapp:pqueue:default") == 0
+
+
+def test_a_unique_job_with_a_priority_is_refused(redis):
+    with pytest.raises(ValueError, match="cannot have a priority"):
+        client.push({"class": "X", "args": [], "priority": 5, "unique_for": 60})
+    assert redis.exists("jobsapp:pqueue:default") == 0
+
+
+def test_a_worker_runs_higher_priorities_first_and_one_priority_in_push_order(redis, redis_server):
+    # Given jobs of several priorities pushed in this order (plain ones are priority 0)
+    Record.perform_async("plain-1")
+    Record.set(priority=-5).perform_async("low-1")
+    Record.set(priority=10).perform_async("ten-1")
+    client.push({"class": Record.wire_name(), "args": ["ten-2"], "priority": 10})
+    Record.set(priority=50).perform_async("fifty")
+    Record.perform_async("plain-2")
+    client.push_bulk({"class": Record.wire_name(), "args": [["low-2"], ["low-3"]], "priority": -5})
+    Record.set(priority=10).perform_async("ten-3")
+    assert redis.llen("queue:default") == 2 and redis.zcard("jobsapp:pqueue:default") == 7
+    # When one worker thread runs them
+    with WorkerProcess(["-c", "1"], redis_url=redis_server.url):
+        wait_until(lambda: len(ran(redis)) == 9, timeout_seconds=20)
+    # Then higher priorities ran first, each priority in push order, plain jobs between 10 and -5
+    assert ran(redis) == ["fifty", "ten-1", "ten-2", "ten-3", "plain-1", "plain-2", "low-1", "low-2", "low-3"]
+    # And the priority ZSET and its index entry are gone once empty
+    assert redis.exists("jobsapp:pqueue:default") == 0 and redis.scard("jobsapp:prioritised") == 0
+
+
+def test_sidekiq_options_priority_is_the_default_of_a_class(redis):
+    from tests.testapp.jobs import Prioritised
+
+    # Given a class declared with sidekiq_options(priority=20), When it is pushed
+    jid = Prioritised.perform_async("x")
+    # Then its job waits in the priority ZSET with its priority in the payload
+    members = redis.zrange("jobsapp:pqueue:default", 0, -1)
+    assert [(json.loads(member)["jid"], json.loads(member)["priority"]) for member in members] == [(jid, 20)]
+    # And set(priority=0) makes one push a plain job
+    plain_jid = Prioritised.set(priority=0).perform_async("y")
+    assert json.loads(redis.lindex("queue:default", 0))["jid"] == plain_jid
+
+
+def test_a_scheduled_job_keeps_its_priority_when_the_scheduler_moves_it(redis):
+    # Given a plain job queued, and a prioritised job scheduled in the past (due now)
+    Record.perform_async("plain")
+    Record.set(priority=7).perform_at(time.time() + 0.2, "scheduled")
+    member = redis.zrange("schedule", 0, -1)[0]
+    assert json.loads(member)["priority"] == 7
+    time.sleep(0.3)
+    # When the scheduler moves it
+    moved, _ = Scheduler(client=get_redis(), poll_interval_seconds=1).enqueue_due()
+    # Then it is in the priority ZSET, indexed, and the fetch takes it before the plain job
+    assert moved == 1 and redis.zcard("jobsapp:pqueue:default") == 1 and redis.sismember("jobsapp:prioritised", "default")
+    fetched = reliable_fetch().take(2, block_seconds=0)
+    assert [json.loads(unit.raw)["args"] for unit in fetched] == [["scheduled"], ["plain"]]
+
+
+def test_a_failed_job_keeps_its_priority_through_the_retry_set(redis, redis_server):
+    # Given a failing job of priority 30, When a worker runs it once
+    jid = Explode.set(priority=30).perform_async("boom")
+    with WorkerProcess(["-c", "1"], redis_url=redis_server.url):
+        wait_until(lambda: redis.zcard("retry") == 1, timeout_seconds=20)
+    # Then the retry set's member still carries the priority
+    member = redis.zrange("retry", 0, -1)[0]
+    assert json.loads(member)["priority"] == 30 and json.loads(member)["jid"] == jid
+    # When its retry is due and the scheduler moves it
+    redis.zadd("retry", {member: 1.0})
+    Record.perform_async("plain")
+    Scheduler(client=get_redis(), poll_interval_seconds=1).enqueue_due()
+    # Then it goes back to the priority ZSET, ahead of the plain job
+    fetched = reliable_fetch().take(2, block_seconds=0)
+    assert [json.loads(unit.raw)["args"] for unit in fetched] == [["boom"], ["plain"]] and json.loads(fetched[0].raw)["jid"] == jid
+
+
+def test_a_requeued_prioritised_job_goes_to_the_front_of_its_priority(redis):
+    # Given two jobs of priority 5 and one of 9; the fetch takes the 9 and the first 5
+    Record.set(priority=5).perform_async("five-1")
+    Record.set(priority=5).perform_async("five-2")
+    Record.set(priority=9).perform_async("nine")
+    fetch = reliable_fetch()
+    taken = fetch.take(2, block_seconds=0)
+    assert [json.loads(unit.raw)["args"] for unit in taken] == [["nine"], ["five-1"]]
+    # When they are put back (a shutdown), Then each is in front of its priority again
+    assert fetch.requeue(taken) == 2
+    assert redis.llen(f"jobsapp:inflight:{IDENTITY}") == 0
+    again = fetch.take(3, block_seconds=0)
+    assert [json.loads(unit.raw)["args"] for unit in again] == [["nine"], ["five-1"], ["five-2"]]
+
+
+def test_a_dead_processs_prioritised_job_is_recovered_into_its_priority(redis):
+    # Given a prioritised job in the in-flight list of a process that died
+    Record.set(priority=5).perform_async("five-1")
+    Record.set(priority=5).perform_async("five-2")
+    Record.perform_async("plain")
+    taken = reliable_fetch().take(1, block_seconds=0)
+    assert [json.loads(unit.raw)["args"] for unit in taken] == [["five-1"]]
+    # When its list is recovered
+    requeued, buried = recover_list(get_redis(), IDENTITY)
+    # Then it is back in front of its priority, still ahead of the plain job
+    assert (requeued, buried) == (1, 0)
+    again = reliable_fetch("host:2:0123456789ab").take(3, block_seconds=0)
+    assert [json.loads(unit.raw)["args"] for unit in again] == [["five-1"], ["five-2"], ["plain"]]
+    assert json.loads(again[0].raw)["priority"] == 5
+
+
+def test_a_paused_queue_keeps_its_prioritised_jobs(redis):
+    # Given a paused queue holding a prioritised job
+    Record.set(priority=5).perform_async("five")
+    redis.sadd("jobsapp:paused", "default")
+    # When a fetch runs, Then it takes nothing and says the queue is paused
+    fetched = scripts.fetch(get_redis(), inflight_key="jobsapp:inflight:x", queue_names=["default"], count=5)
+    assert fetched.jobs == [] and fetched.paused == frozenset({"default"})
+    assert redis.zcard("jobsapp:pqueue:default") == 1
+
+
+def test_basic_fetch_leaves_prioritised_jobs_and_says_so_once(redis, caplog):
+    # Given a queue holding a prioritised job and a plain one, served by basic fetch
+    Record.set(priority=5).perform_async("five")
+    Record.perform_async("plain")
+    fetch = BasicFetch(QueueOrder.parse(["default"]), client=get_redis(), make_blocking_client=new_redis, rng=random.Random(1))
+    # When it takes jobs twice
+    with caplog.at_level(logging.ERROR, logger="jobsapp.fetch"):
+        first = fetch.take(1, block_seconds=1)
+        second = fetch.take(1, block_seconds=0.1)
+    # Then it takes the plain job only, and logs one ERROR naming the queue
+    assert [json.loads(unit.raw)["args"] for unit in first] == [["plain"]] and second == []
+    errors = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]
+    assert errors == [
+        "queue default holds prioritised jobs, which basic fetch does not take: run its workers with reliable fetch (the default)"
+    ]
+    assert redis.zcard("jobsapp:pqueue:default") == 1
