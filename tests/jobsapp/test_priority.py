@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from jobsapp import client, scripts
+from jobsapp import client, keys, scripts
 from jobsapp.connection import get_redis, new_redis
 from jobsapp.worker.fetch import BasicFetch, QueueOrder, ReliableFetch
 from jobsapp.worker.recovery import recover_list
@@ -169,7 +169,7 @@ def test_a_paused_queue_keeps_its_prioritised_jobs(redis):
     Record.set(priority=5).perform_async("five")
     redis.sadd("jobsapp:paused", "default")
     # When a fetch runs, Then it takes nothing and says the queue is paused
-    fetched = scripts.fetch(get_redis(), inflight_key="jobsapp:inflight:x", queue_names=["default"], count=5)
+    fetched = scripts.fetch(get_redis(), inflight_key=keys.inflight("x"), queue_names=["default"], count=5)
     assert fetched.jobs == [] and fetched.paused == frozenset({"default"})
     assert redis.zcard("jobsapp:pqueue:default") == 1
 
