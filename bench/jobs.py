@@ -150,3 +150,22 @@ class AsyncCancelProbe(Job):
         finally:
             USER_REDIS.hset("bench:cancel:stopped", token, time.time())
         USER_REDIS.hset("bench:cancel:done", token, 1)
+
+
+# --- priorities (bench/priorities.py) ------------------------------------------------------
+
+
+@sidekiq_options(retry=False, queue="prio")
+class BusyJob(Job):
+    """Holds its thread for ``seconds`` (the low-priority work a busy worker is doing)."""
+
+    def perform(self, seconds):
+        time.sleep(seconds)
+
+
+@sidekiq_options(retry=False, queue="prio")
+class PriorityProbe(Job):
+    """Records push-to-start latency in seconds (``pushed_at`` is the producer's clock)."""
+
+    def perform(self, pushed_at):
+        get_redis().rpush("bench:priority", repr(time.time() - float(pushed_at)))

@@ -45,6 +45,11 @@ HALF = 2**44
 #: The rank of priority 0: the queue's plain LIST sits here, between the two halves of the ZSET.
 ZERO_RANK = (MAX_PRIORITY - DEFAULT_PRIORITY) * LEVEL
 
+#: Celery's priorities on its Redis transport: 0 (the default, the most urgent) to 9, lower first.
+CELERY_MAX_PRIORITY = 9
+#: One step of Celery's scale on ours: Celery's ``n`` is ``-CELERY_STEP * n`` (0 stays a plain job).
+CELERY_STEP = 10
+
 _MARK = b'"priority":'
 
 
@@ -55,6 +60,22 @@ def checked(value: object) -> int:
     if not MIN_PRIORITY <= value <= MAX_PRIORITY:
         raise ValueError(f"priority must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}, not {value!r}")
     return int(value)
+
+
+def from_celery(value: object) -> int:
+    """Celery's ``priority=`` (Redis transport: 0..9, lower first, 0 for a task without one) as
+    ours: ``-10 * value``, so Celery's 0 is a plain job and 9 is -90. ValueError outside 0..9."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= CELERY_MAX_PRIORITY:
+        raise ValueError(f"Celery's priority is a whole number from 0 (first) to {CELERY_MAX_PRIORITY} (last), not {value!r}")
+    return -CELERY_STEP * value
+
+
+def to_celery(level: int | None) -> int | None:
+    """Our priority as Celery's ``delivery_info["priority"]`` (the inverse of ``from_celery``,
+    rounded and kept within 0..9); None for a plain job."""
+    if level is None:
+        return None
+    return max(0, min(CELERY_MAX_PRIORITY, round(-level / CELERY_STEP)))
 
 
 def of_item(item: Mapping[str, Any]) -> int | None:

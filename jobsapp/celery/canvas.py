@@ -55,6 +55,7 @@ HONOURED_OPTIONS = (
     "link_error",
     "soft_time_limit",
     "time_limit",
+    "priority",  # Celery's 0..9, lower first (jobsapp.priority.from_celery)
     # the request's lineage and message properties (lineage.py)
     "root_id",
     "parent_id",
@@ -516,7 +517,7 @@ def _push_task(step: dict[str, Any], prepend: Sequence[Any], *, rest: Sequence[d
         "request": lineage.request_fields(options.get("task_id"), options),
     }
     if task is not None:
-        limits = {name: options[name] for name in ("soft_time_limit", "time_limit") if options.get(name) is not None}
+        limits = {name: options[name] for name in ("soft_time_limit", "time_limit", "priority") if options.get(name) is not None}
         return str(task._push(args, signature_step.kwargs, **push_options, **limits))
     return push_by_name(signature_step.task, args, signature_step.kwargs, **push_options)
 

@@ -42,6 +42,7 @@ _TASK_OPTIONS = frozenset(
         "expires",
         "soft_time_limit",
         "time_limit",
+        "priority",
         "use_task_event",
         "typing",
     }

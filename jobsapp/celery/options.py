@@ -71,17 +71,9 @@ def warn_unsupported(option: str, reason: str | None = None) -> None:
     warnings.warn(f"jobsapp.celery ignores the Celery option {option!r}: {why}", RuntimeWarning, stacklevel=_user_stacklevel())
 
 
-#: Refused with NotImplementedError: Celery options whose support is still to come.
-NOT_YET_OPTIONS: dict[str, str] = {
-    "priority": "task priorities are not supported yet: use a queue per priority and weight it (runworkers -q critical,3 -q default)",
-}
-
-
 def check_options(options: dict[str, object], *, where: str) -> None:
     """Warn once for each ignored option; TypeError for an option Celery does not have either."""
     for option in options:
-        if option in NOT_YET_OPTIONS:
-            raise NotImplementedError(f"{where}: the Celery option {option!r} is refused: {NOT_YET_OPTIONS[option]}")
         if option in IGNORED_OPTIONS:
             warn_unsupported(option)
         elif option in REFUSED_OPTIONS:

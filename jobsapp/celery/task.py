@@ -47,6 +47,7 @@ from .. import outbox, result_writer, results, transactions
 from ..errors import JobTimeout
 from ..functions import FunctionJob, job_class_for
 from ..payload import RECOVERED_KEY, Item, check_json_native, compact_json, new_jid, now
+from ..priority import PRIORITY_KEY, from_celery, of_item, to_celery
 from ..worker import aio, timeouts
 from . import current, follow_up, lineage, signals
 from .canvas import (
@@ -249,6 +250,8 @@ class Task(Generic[Params, Returned]):
     expires: float | dt.datetime | None = None
     soft_time_limit: float | None = None
     time_limit: float | None = None
+    #: Celery's priority on its Redis transport, 0 (first) to 9; None: a plain job (jobsapp.priority.from_celery)
+    priority: int | None = None
     #: Check a call's arguments against the function's signature when it is pushed (Celery's default).
     typing: bool = True
     #: jobsapp's own: record the task's runs as tracking events (``update_state`` then reports progress)
@@ -475,6 +478,7 @@ class Task(Generic[Params, Returned]):
         link: list[dict[str, Any]] | None = None,
         link_error: list[dict[str, Any]] | None = None,
         request: dict[str, Any] | None = None,
+        priority: int | None = None,
     ) -> str:
         options: dict[str, Any] = {"on_commit": False}  # Celery pushes at once; delay_on_commit waits
         task_id = task_id or new_jid()
@@ -507,6 +511,9 @@ class Task(Generic[Params, Returned]):
         if chord is not None:
             options[CHORD_KEY] = chord
         options.update(self._limit_options(soft_time_limit, time_limit))
+        celery_priority = self.priority if priority is None else priority
+        if celery_priority is not None:
+            options[PRIORITY_KEY] = from_celery(celery_priority)
         if link:
             options[LINK_KEY] = link
         if link_error:
@@ -799,7 +806,12 @@ class Task(Generic[Params, Returned]):
             called_directly=False,
             expires=expires_at,
             headers=item.get(HEADERS_KEY),
-            delivery_info={"queue": job.queue, "routing_key": job.queue, "redelivered": retry_count is not None or RECOVERED_KEY in item},
+            delivery_info={
+                "queue": job.queue,
+                "routing_key": job.queue,
+                "redelivered": retry_count is not None or RECOVERED_KEY in item,
+                "priority": to_celery(of_item(item)),
+            },
             hostname=results.worker_name(),
             task=self.name,
             timelimit=(timeout, soft_seconds),

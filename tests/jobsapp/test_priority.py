@@ -190,3 +190,41 @@ def test_basic_fetch_leaves_prioritised_jobs_and_says_so_once(redis, caplog):
         "queue default holds prioritised jobs, which basic fetch does not take: run its workers with reliable fetch (the default)"
     ]
     assert redis.zcard("jobsapp:pqueue:default") == 1
+
+
+def test_celerys_priority_maps_lower_first_onto_the_engines_scale(redis):
+    from tests.testapp.tasks import celery_add
+
+    # Given Celery's priorities on its Redis transport: 0 (the default, first) to 9 (last)
+    # When tasks are sent with priority 9, 3 and none, and one with 0
+    late = celery_add.apply_async((1, 1), priority=9)
+    early = celery_add.apply_async((1, 2), priority=3)
+    plain = celery_add.apply_async((1, 3))
+    zero = celery_add.s(1, 4).set(priority=0).apply_async()
+    # Then 9 and 3 ride as -90 and -30 in the priority ZSET; none and 0 are plain jobs
+    ranked = [json.loads(member) for member in redis.zrange("jobsapp:pqueue:default", 0, -1)]
+    assert [(job["jid"], job["priority"]) for job in ranked] == [(early.id, -30), (late.id, -90)]
+    assert [json.loads(raw)["jid"] for raw in redis.lrange("queue:default", 0, -1)] == [zero.id, plain.id]
+    # And a fetch takes the plain ones first, then 3, then 9 (lower first, as Celery's Redis transport)
+    fetched = reliable_fetch().take(4, block_seconds=0)
+    assert [json.loads(unit.raw)["jid"] for unit in fetched] == [plain.id, zero.id, early.id, late.id]
+    # And outside 0..9 is refused
+    with pytest.raises(ValueError, match="Celery's priority"):
+        celery_add.apply_async((1, 1), priority=10)
+
+
+def test_a_celery_tasks_own_priority_is_its_default(redis):
+    from jobsapp.celery import shared_task
+
+    # Given a task declared with Celery's task option priority=2
+    @shared_task(name="priority-tests.declared", priority=2)
+    def declared(value):
+        return value
+
+    # When it is sent without a priority, and once with priority=0
+    default = declared.delay(1)
+    overridden = declared.apply_async((2,), priority=0)
+    # Then the first rides as -20, and the call's own priority wins for the second
+    assert [json.loads(member)["jid"] for member in redis.zrange("jobsapp:pqueue:default", 0, -1)] == [default.id]
+    assert json.loads(redis.zrange("jobsapp:pqueue:default", 0, -1)[0])["priority"] == -20
+    assert [json.loads(raw)["jid"] for raw in redis.lrange("queue:default", 0, -1)] == [overridden.id]

@@ -6,7 +6,7 @@ Keys are pytest ids inside the ported package (``test_tasks.py::test_tasks::test
 parametrized test by its base name covers every parameter).
 
 Most refusals fail loudly at the call: ``NotImplementedError`` naming what is missing (a broker
-connection, kombu's pool, Celery's tracer or worker memory, stamping, priority). A few cannot:
+connection, kombu's pool, Celery's tracer or worker memory, stamping). A few cannot:
 they read, in the test process, what Celery's test worker (a thread in that process) leaves
 there, while ``runworkers`` is another process, as every production Celery worker is: their
 assertion fails (``AssertionError``), and the reason says which process has the value.
@@ -29,7 +29,6 @@ WORKER_MEMORY = Refusal("reads celery.worker.state, the worker process's own mem
 STAMPING = Refusal("stamping (StampingVisitor, Signature.stamp, revoke_by_stamped_headers) is not provided")
 BROKER = Refusal("needs Celery's broker connection (kombu's connection pool, AMQP producer and events)")
 TRACER = Refusal("reads Celery's internal tracer (celery.app.trace) and its log records in the test process")
-PRIORITY = Refusal("task priority is refused until priorities are supported (a queue per priority instead)")
 WORKER_SIGNAL_IN_TEST_PROCESS = Refusal(
     "connects task_received in the test process: it is sent in the worker process, where Celery's test worker "
     "(a thread of the test process) also runs; runworkers is a separate process, as Celery's production workers are",
@@ -58,7 +57,6 @@ REFUSED: dict[str, Refusal] = {
     "test_tasks.py::test_tasks::test_revoked_by_headers_simple_canvas": STAMPING,
     "test_tasks.py::test_tasks::test_revoked_by_headers_complex_canvas": STAMPING,
     "test_tasks.py::test_tasks::test_revoke_by_stamped_headers_no_match": STAMPING,
-    "test_tasks.py::test_tasks::test_task_retried_priority": PRIORITY,
     "test_tasks.py::test_trace_log_arguments::test_task_success": TRACER,
     "test_tasks.py::test_trace_log_arguments::test_task_failed": TRACER,
     "test_tasks.py::test_task_redis_result_backend::test_asyncresult_forget_cancels_subscription": RESULT_PUBSUB,
