@@ -85,7 +85,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from jobsapp import Job, RedisUnavailable, api, client, jobs_settings, outbox
-from jobsapp.client import Item, check_json_native, new_jid
+from jobsapp.client import Item, check_json_native, compact_json, new_jid
 
 from . import recorder, single_trip
 from .conf import tracking_settings
@@ -450,7 +450,7 @@ def _chunks(jobs: Sequence[RecordedJob]) -> Iterable[str]:
     pending.reverse()
     while pending:
         part = pending.pop()
-        text = json.dumps([[job_id, args] for job_id, args, _ in part], separators=(",", ":"), ensure_ascii=False)
+        text = compact_json([[job_id, args] for job_id, args, _ in part], allow_nan=True)
         if len(text.encode()) > limit and len(part) > 1:
             half = len(part) // 2
             pending += [part[half:], part[:half]]

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..payload import compact_json
+
 #: The result record's field holding the exception as Celery stores it (JSON).
 EXCEPTION_FIELD = "celery_exception"
 #: A chord callback's record: the exception (same shape) of the header task that failed the chord.
@@ -37,7 +39,7 @@ def exception_dict(exc: BaseException) -> dict[str, Any]:
 
 def exception_fields(exc: BaseException) -> dict[str, str]:
     """The result record's fields that keep ``exc`` rebuildable."""
-    return {EXCEPTION_FIELD: json.dumps(exception_dict(exc), separators=(",", ":"))}
+    return {EXCEPTION_FIELD: compact_json(exception_dict(exc), allow_nan=True)}
 
 
 def parse(raw: str | bytes | None) -> dict[str, Any] | None:
