@@ -213,8 +213,11 @@ def limiter_bucket(client: redis.Redis, *, name: str, count: int, per_seconds: f
 
 def api_move_to_queue(pipe: redis.client.Pipeline, *, set_key: str, member: bytes, queue: str, data: bytes | str) -> None:
     """``api_move_to_queue.lua``, queued on ``pipe``: move ``member`` of ``set_key`` to ``queue``
-    as ``data``; its reply is ``moved_reply``'s."""
-    script("api_move_to_queue")(pipe, [set_key, keys.QUEUES, keys.queue(queue)], [member, queue, data])
+    as ``data`` (a prioritised job to its priority); its reply is ``moved_reply``'s."""
+    level = priority.of_raw(data)
+    script("api_move_to_queue")(
+        pipe, [set_key, keys.QUEUES, _target(queue, level), keys.PRIORITISED, keys.PRIORITY_SEQUENCE], [member, queue, data, _rank(level)]
+    )
 
 
 def api_kill(pipe: redis.client.Pipeline, *, set_key: str, member: bytes, now: float, oldest_kept: float, dead_max_jobs: int) -> None:

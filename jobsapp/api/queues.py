@@ -119,7 +119,12 @@ class Queue:
 
     @translate_errors
     def size(self) -> int:
-        return int(get_redis().llen(self.key))
+        """The jobs waiting: its list's and its prioritised ones (``jobsapp.priority``)."""
+        pipe = get_redis().pipeline(transaction=False)
+        pipe.llen(self.key)
+        pipe.zcard(keys.priority_queue(self.name))
+        listed, ranked = pipe.execute()
+        return int(listed) + int(ranked)
 
     @translate_errors
     def latency(self, *, now: float | None = None) -> float:
@@ -207,5 +212,15 @@ class Queue:
             dropped += len(raws)
             remaining -= len(raws)
             ended(client, [JobRecord(raw, queue=self.name) for raw in raws if may_hear(raw)], Fate.DELETED)
+        ranked_key = keys.priority_queue(self.name)
+        remaining = int(client.zcard(ranked_key))
+        while remaining > 0:  # its prioritised jobs (jobsapp.priority)
+            popped = cast("list[tuple[bytes, float]]", client.zpopmin(ranked_key, min(SCAN_CHUNK, remaining)))
+            if not popped:
+                break  # workers took the rest
+            dropped += len(popped)
+            remaining -= len(popped)
+            ended(client, [JobRecord(raw, queue=self.name) for raw, _ in popped if may_hear(raw)], Fate.DELETED)
+        client.srem(keys.PRIORITISED, self.name)
         client.srem(keys.QUEUES, self.name)
         return dropped

@@ -228,3 +228,33 @@ def test_a_celery_tasks_own_priority_is_its_default(redis):
     assert [json.loads(member)["jid"] for member in redis.zrange("jobsapp:pqueue:default", 0, -1)] == [default.id]
     assert json.loads(redis.zrange("jobsapp:pqueue:default", 0, -1)[0])["priority"] == -20
     assert [json.loads(raw)["jid"] for raw in redis.lrange("queue:default", 0, -1)] == [overridden.id]
+
+
+def test_an_operators_retry_now_keeps_the_priority(redis):
+    from jobsapp import api
+
+    # Given a prioritised job failed into the retry set, and a plain job queued
+    Record.perform_async("plain")
+    member = json.dumps({"class": Record.wire_name(), "args": ["again"], "jid": "ab" * 12, "queue": "default", "priority": 8})
+    redis.zadd("retry", {member: time.time() + 500})
+    # When an operator retries it now
+    assert api.RetrySet().retry(api.RetrySet().find_job("ab" * 12)) is True
+    # Then it goes to the priority ZSET, taken before the plain job
+    fetched = reliable_fetch().take(2, block_seconds=0)
+    assert [json.loads(unit.raw)["args"] for unit in fetched] == [["again"], ["plain"]]
+
+
+def test_a_queues_size_counts_and_its_clear_drops_its_prioritised_jobs(redis):
+    from jobsapp import api
+
+    # Given a queue with two plain jobs and three prioritised ones
+    for value in ("a", "b"):
+        Record.perform_async(value)
+    for level in (5, -5, 50):
+        Record.set(priority=level).perform_async(level)
+    queue = api.Queue("default")
+    # Then its size counts all five
+    assert queue.size() == 5
+    # When it is cleared, Then all five are dropped, and nothing of the priority structure is left
+    assert queue.clear() == 5
+    assert redis.exists("queue:default", "jobsapp:pqueue:default") == 0 and redis.scard("jobsapp:prioritised") == 0
