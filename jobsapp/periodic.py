@@ -57,6 +57,7 @@ from .cron import is_valid as is_valid_cron
 from .errors import UnknownJobClass
 from .job import Job
 from .payload import check_json_native, compact_json, new_jid
+from .priority import PRIORITY_KEY
 
 logger = logging.getLogger("jobsapp.periodic")
 
@@ -139,6 +140,7 @@ class Definition:
         template = registry.job_template(self.job_class)
         item: dict[str, Any] = {"class": template.wire_name, "args": list(self.args)}
         item.update(template.options)
+        item.pop(PRIORITY_KEY, None)  # the claim pushes to the queue's list: a periodic job runs as a plain job
         item["queue"] = self.queue
         item["jid"] = jid
         item["created_at"] = None  # set by the caller

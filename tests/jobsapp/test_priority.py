@@ -258,3 +258,13 @@ def test_a_queues_size_counts_and_its_clear_drops_its_prioritised_jobs(redis):
     # When it is cleared, Then all five are dropped, and nothing of the priority structure is left
     assert queue.clear() == 5
     assert redis.exists("queue:default", "jobsapp:pqueue:default") == 0 and redis.scard("jobsapp:prioritised") == 0
+
+
+def test_a_periodic_job_of_a_prioritised_class_runs_as_a_plain_job():
+    from jobsapp import periodic
+    from tests.testapp.jobs import Prioritised
+
+    # Given a periodic job of a class declared with priority=20
+    definition = periodic.build("prioritised-every-minute", {"class": Prioritised.wire_name(), "every": 60})
+    # When its job is built for a tick, Then it carries no priority: the claim pushes it to the list
+    assert "priority" not in definition.item("cd" * 12)
