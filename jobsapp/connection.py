@@ -39,7 +39,9 @@ import redis
 import redis.cluster
 import redis.sentinel
 from django.conf import settings
+from redis.backoff import NoBackoff
 from redis.connection import SSLConnection, parse_url
+from redis.retry import Retry
 
 from . import keys, lean_redis, shards
 from .errors import RedisUnavailable
@@ -256,6 +258,10 @@ def _cluster_client(target: _Target, *, socket_timeout_seconds: float, pool_size
     def build() -> redis.cluster.RedisCluster:
         return redis.cluster.RedisCluster.from_url(
             url,
+            # no retries inside the client: a command whose reply was lost (a master frozen past
+            # the timeout) would be sent again and its first effect hidden, where the engine's own
+            # Redis-error path backs off and reconciles (a fetch's jobs, an ack's token)
+            retry=Retry(NoBackoff(), 0),
             socket_timeout=socket_timeout_seconds,
             socket_connect_timeout=min(socket_timeout_seconds, 5.0),
             health_check_interval=30,

@@ -150,6 +150,19 @@ class RedisClusterServers:
             found.append((min(own) if own else 1 << 20, node))
         return [node for _, node in sorted(found, key=lambda pair: pair[0])]
 
+    def master_nodes_among_live(self) -> list[RedisServer]:
+        """The servers that answer and say they are masters, without asking about slots (some
+        masters may be frozen)."""
+        found = []
+        for node in self.nodes:
+            try:
+                role = node.client(socket_timeout=0.5).execute_command("ROLE")
+            except (redis.RedisError, OSError):
+                continue
+            if role[0] == b"master":
+                found.append(node)
+        return found
+
     def flushall(self) -> None:
         """Empty every master (replicas follow)."""
         for node in self.master_nodes():
