@@ -86,6 +86,10 @@ class RedisClusterServers:
         try:
             for node in self.nodes:
                 node.start()
+            if len(self.nodes) == 1:  # redis-cli creates clusters of three masters or more: one takes every slot
+                self.nodes[0].client().execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+                self.wait_until_ready()
+                return self
             addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
             replicas = str(self.replicas_per_master)
             command = [str(self.cli), "--cluster", "create", *addresses, "--cluster-replicas", replicas, "--cluster-yes"]

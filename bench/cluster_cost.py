@@ -1,0 +1,99 @@
+"""What cluster mode costs a drain (run by hand, not a test):
+``.venv/bin/python -m bench.cluster_cost [--jobs 5000] [--rounds 2] [--concurrency 10]``.
+
+Drains ``--jobs`` empty jobs (``bench.jobs.NoopJob``) of one queue with one worker process
+(``runworkers -c --concurrency -P 1``) against a standalone redis-server, a one-master cluster and
+a three-master cluster, all started here on loopback, the three taking turns ``--rounds`` times
+(alternated, so a shared machine's load falls on each alike). Prints jobs per second of each run
+and each configuration's median, and the clusters' medians as a share of standalone's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+
+from tests.redis_cluster import RedisClusterServers  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
+
+
+def drain(url: str, *, cluster: bool, jobs: int, concurrency: int) -> float:
+    """Jobs per second of one drain of ``jobs`` empty jobs pushed beforehand."""
+    from django.conf import settings
+
+    from jobsapp import client, connection, keys
+
+    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": url, "REDIS_CLUSTER": cluster}
+    connection.reset()
+    engine = connection.get_redis()
+    for start in range(0, jobs, 1000):
+        client.push_bulk({"class": "bench.jobs.NoopJob", "args": [[] for _ in range(min(1000, jobs - start))], "queue": "default"})
+    environment = {**os.environ, "REDIS_URL": url, "REDIS_CLUSTER": "1" if cluster else "0", "DJANGO_SETTINGS_MODULE": "bench.settings"}
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "runworkers", "-c", str(concurrency), "-P", "1"],
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while int(engine.get(keys.STAT_PROCESSED) or 0) == 0:  # from the first job done: start-up not counted
+            time.sleep(0.005)
+        started = time.monotonic()
+        first = int(engine.get(keys.STAT_PROCESSED) or 0)
+        while int(engine.get(keys.STAT_PROCESSED) or 0) < jobs:
+            time.sleep(0.01)
+        return (jobs - first) / (time.monotonic() - started)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=10)
+    options = parser.parse_args()
+    import django
+
+    django.setup()
+    standalone = RedisServer().start()
+    one_master = RedisClusterServers(masters=1).start()
+    three_masters = RedisClusterServers(masters=3).start()
+    setups = [
+        ("standalone", standalone.url, False),
+        ("1-master cluster", one_master.url, True),
+        ("3-master cluster", three_masters.url, True),
+    ]
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in setups}
+    try:
+        for round_number in range(options.rounds):
+            for name, url, cluster in setups:
+                if cluster:
+                    (one_master if name.startswith("1") else three_masters).flushall()
+                else:
+                    standalone.client().flushall()
+                rate = drain(url, cluster=cluster, jobs=options.jobs, concurrency=options.concurrency)
+                rates[name].append(rate)
+                print(f"round {round_number + 1}: {name}: {rate:,.0f} jobs/s", flush=True)
+    finally:
+        for server in (standalone, one_master, three_masters):
+            server.stop()
+    base = statistics.median(rates["standalone"])
+    for name, values in rates.items():
+        median = statistics.median(values)
+        print(f"{name}: median {median:,.0f} jobs/s ({median / base:.0%} of standalone)")
+
+
+if __name__ == "__main__":
+    main()
