@@ -289,6 +289,15 @@ def node_client(client: redis.Redis, key: str) -> redis.Redis:
     return client
 
 
+def master_name(client: redis.Redis, key: str) -> str:
+    """``host:port`` of the cluster master serving ``key`` now ("" without a cluster)."""
+    cluster = _cluster_of(client)
+    if cluster is None:
+        return ""
+    node = cluster.get_node_from_key(key)
+    return str(node.name) if node is not None else ""
+
+
 def client_id(client: redis.Redis, *, key: str) -> int:
     """``CLIENT ID`` of the connection ``client`` uses for ``key``: with a cluster, of its
     connection to the master serving ``key``, which a blocking command on ``key`` uses next

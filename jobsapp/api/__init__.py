@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .queues import Queue, QueueSummary
     from .records import JobRecord, Page, SortedEntry, decode_backtrace, encode_backtrace
     from .sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, SearchPage
-    from .stats import History, Stats, redis_info
+    from .stats import History, Partition, Stats, partitions, redis_info
 
     Workers = WorkSet
 
@@ -56,7 +56,7 @@ _LOCATIONS = {
     **dict.fromkeys(["Queue", "QueueSummary"], "queues"),
     **dict.fromkeys(["JobRecord", "Page", "SortedEntry", "decode_backtrace", "encode_backtrace"], "records"),
     **dict.fromkeys(["DeadSet", "JobSet", "RetrySet", "ScheduledSet", "SearchPage"], "sorted_sets"),
-    **dict.fromkeys(["History", "Stats", "redis_info"], "stats"),
+    **dict.fromkeys(["History", "Partition", "Stats", "partitions", "redis_info"], "stats"),
 }
 #: Other names for the same thing, as Sidekiq's ``Sidekiq::Workers``.
 _ALIASES = {"Workers": "WorkSet"}
@@ -99,6 +99,7 @@ __all__ = [
     "OutboxState",
     "Page",
     "ParkedEntry",
+    "Partition",
     "PeriodicJob",
     "PeriodicSet",
     "Process",
@@ -121,6 +122,7 @@ __all__ = [
     "encode_backtrace",
     "find_job",
     "job_durations",
+    "partitions",
     "redact",
     "redis_info",
 ]

@@ -17,6 +17,8 @@ import datetime as dt
 import time
 from dataclasses import dataclass
 
+from redis.crc import key_slot
+
 from .. import connection, keys
 from ..connection import as_text, get_redis
 from .guard import translate_errors
@@ -149,6 +151,33 @@ REDIS_INFO_FIELDS = (
     "used_memory_peak_human",
     "maxmemory_policy",
 )
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Where one partition of the engine's keys lives on a Redis Cluster: its hash tag, the slot
+    the tag hashes to, and the master (``host:port``) serving that slot now."""
+
+    index: int
+    tag: str
+    slot: int
+    master: str
+
+
+@translate_errors
+def partitions() -> list[Partition]:
+    """The engine's partitions on a Redis Cluster and the master of each ([] without a cluster)."""
+    client = get_redis()
+    if not connection.is_cluster(client):
+        return []
+    count = keys.partition_count()
+    found = []
+    for index in range(count):
+        with keys.using_partition(index):
+            key = keys.QUEUES
+        tag = keys.partition_tag(index, count)
+        found.append(Partition(index, tag, key_slot(tag.encode("utf-8")), connection.master_name(client, key)))
+    return found
 
 
 @translate_errors

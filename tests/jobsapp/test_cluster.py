@@ -150,3 +150,35 @@ def test_check_refuses_enqueue_replicas_in_cluster_mode(settings):
     # When the checks run, Then E046 says WAIT cannot reach the master written
     found = [message for message in check_cluster_settings() if message.id == "jobsapp.E046"]
     assert len(found) == 1 and "WAIT" in found[0].msg
+
+
+def test_the_cli_names_the_master_of_each_partition(on_cluster):
+    # Given the engine on a three-master cluster
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    # When `jobs cluster` is asked, as JSON and as a table
+    as_json, as_table = StringIO(), StringIO()
+    call_command("jobs", "cluster", "--json", stdout=as_json)
+    call_command("jobs", "cluster", stdout=as_table)
+    # Then it names the partition's tag, its slot and the master serving that slot now
+    owner = on_cluster.client().get_node_from_key(keys.QUEUES)
+    tag = keys.partition_tag(0, 1)
+    assert json.loads(as_json.getvalue()) == [
+        {"partition": 0, "tag": tag, "slot": key_slot(tag.encode()), "master": f"127.0.0.1:{owner.port}"}
+    ]
+    assert f"127.0.0.1:{owner.port}" in as_table.getvalue()
+
+
+def test_the_cli_says_a_standalone_redis_has_no_partitions(redis_server):
+    if isinstance(redis_server, RedisClusterServers):
+        pytest.skip("the suite's server is a cluster here")
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    # Given a standalone Redis, When `jobs cluster` is asked, Then it says there is none
+    out = StringIO()
+    call_command("jobs", "cluster", stdout=out)
+    assert "not a Redis Cluster" in out.getvalue()

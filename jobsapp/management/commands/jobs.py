@@ -48,6 +48,7 @@ READ_ONLY: dict[str, frozenset[str] | None] = {
     "batch": None,
     "batches": None,
     "unique": frozenset({"list"}),
+    "cluster": None,
 }
 
 
@@ -174,6 +175,7 @@ class Command(BaseCommand):
         periodic_parser.add_argument("action", nargs="?", default="list", choices=["list", "enable", "disable", "run"])
         periodic_parser.add_argument("name", nargs="?", help="the periodic job (for enable, disable, run)")
         add("limits", help="rate and concurrency limiters: limit, in use, refusals")
+        add("cluster", help="on a Redis Cluster: each partition's hash tag, slot and the master serving it")
         add("batch", help="a Redis-only batch (jobsapp.batch): counts, callbacks, failed and pending jids").add_argument("bid")
         add("batches", help="Redis-only batches, newest first").add_argument("--limit", type=int, default=50, help="at most this many rows")
         outbox_parser = add("outbox", help="the transactional outbox: entries waiting, the oldest one's age, parked entries and why")
@@ -251,6 +253,15 @@ class Command(BaseCommand):
         }
         rows = [(name, ", ".join(value) if isinstance(value, list) else value) for name, value in document.items()]
         self.emit(document, ["stat", "value"], rows, numeric=["value"])
+
+    def do_cluster(self, options: dict[str, Any]) -> None:
+        found = api.partitions()
+        document = [{"partition": part.index, "tag": part.tag, "slot": part.slot, "master": part.master} for part in found]
+        if not found and not self.as_json:
+            self.stdout.write("not a Redis Cluster (JOBSAPP['REDIS_CLUSTER'] is off): every key is on the one server")
+            return
+        rows = [(part.index, part.tag, part.slot, part.master) for part in found]
+        self.emit(document, ["partition", "tag", "slot", "master"], rows, numeric=["partition", "slot"])
 
     def do_queues(self, options: dict[str, Any]) -> None:
         summaries = api.Queue.summaries()
