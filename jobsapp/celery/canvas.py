@@ -556,13 +556,13 @@ def build_item(
     if headers:
         item[HEADERS_KEY] = headers
     if chain:
-        item[CHAIN_KEY] = chain
+        item[CHAIN_KEY] = _jsonable(chain)  # signatures inside become plain dicts
     if chord is not None:
-        item[CHORD_KEY] = chord
+        item[CHORD_KEY] = _jsonable(chord)
     if link:
-        item[LINK_KEY] = link
+        item[LINK_KEY] = _jsonable(link)
     if link_error:
-        item[ERRBACK_KEY] = link_error
+        item[ERRBACK_KEY] = _jsonable(link_error)
     if eta is not None:
         item["at"] = _epoch(eta)
     elif countdown:
@@ -945,7 +945,10 @@ class xmap(Signature[Any]):
     task_name = "celery.map"
 
     def __init__(self, task: Any, it: Iterable[Any], **options: Any) -> None:
-        super().__init__(self.task_name, (), {"task": dict(signature(task)), "it": _jsonable(list(it))}, subtask_type=None, **options)
+        # immutable, as Celery's: in a chain it does not take the previous value
+        super().__init__(
+            self.task_name, (), {"task": dict(signature(task)), "it": _jsonable(list(it))}, subtask_type=None, immutable=True, **options
+        )
 
     def __repr__(self) -> str:
         return f"[{self['kwargs']['task']['task']}(x) for x in {_truncate(repr(self['kwargs']['it']))}]"

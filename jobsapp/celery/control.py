@@ -233,6 +233,13 @@ class Control:
         text = f"tasks {', '.join(ids)} flagged as revoked"
         return [{process.identity: {"ok": text}} for process in api.ProcessSet.all()] or [{"jobsapp": {"ok": text}}]
 
+    @staticmethod
+    def purge(connection: Any = None) -> int:
+        """Discard every task waiting in a queue (Celery's ``purge``): each queue is cleared
+        through the operators' API (``jobsapp.api.Queue.clear``); returns how many were dropped.
+        Scheduled and retrying tasks are not in a queue yet and stay."""
+        return sum(queue.clear() for queue in api.Queue.all())
+
     def ping(self, destination: list[str] | None = None, timeout: float = 1.0, **options: Any) -> list[dict[str, Any]]:
         return [{identity: reply} for identity, reply in (self.inspect(destination).ping() or {}).items()]
 

@@ -26,6 +26,7 @@ any other errback is pushed as a task with the failed task's id as its first arg
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -241,19 +242,35 @@ class _FakeRequest:
         return f"<Context {{'id': {self.id!r}}}>"
 
 
-def _takes_request(task: Any) -> bool:
-    """Celery 5's test: more than one positional parameter, and not ``bind=True``."""
+def _positional_count(function: Any) -> int | None:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # no introspectable signature
+        return None
+    if any(each.kind == each.VAR_POSITIONAL for each in parameters):
+        return 2  # takes any number: counts as more than one
+    return len([each for each in parameters if each.kind in (each.POSITIONAL_ONLY, each.POSITIONAL_OR_KEYWORD)])
+
+
+def _takes_request(task: Any, errback: Any = None) -> bool:
+    """Celery 5's test: more than one positional parameter left once the errback's stored
+    arguments are bound (they follow the task id when it is called), and not ``bind=True``."""
     if getattr(task, "bind", False):
         return False
-    try:
-        parameters = inspect.signature(task.function).parameters.values()
-    except (TypeError, ValueError):  # no introspectable signature: pushed as a task
-        return False
-    positional = [each for each in parameters if each.kind in (each.POSITIONAL_ONLY, each.POSITIONAL_OR_KEYWORD)]
-    return len(positional) > 1 or any(each.kind == each.VAR_POSITIONAL for each in parameters)
+    count = None
+    if errback is not None and not errback.immutable and (errback.args or errback.kwargs):
+        try:
+            count = _positional_count(functools.partial(task.function, *errback.args, **errback.kwargs))
+        except (TypeError, ValueError):  # arguments the function cannot take: judged on the function alone
+            count = None
+    if count is None:
+        count = _positional_count(task.function)
+    return count is not None and count > 1
 
 
-def call_errbacks(errbacks: list[Any], task_id: str, exception: BaseException, *, request: Any, traceback_text: str | None) -> None:
+def call_errbacks(
+    errbacks: list[Any], task_id: str, exception: BaseException, *, request: Any, traceback_text: str | None, eager: bool = False
+) -> None:
     """Call or push each errback as Celery 5 does; an errback's own error is logged, and changes
     nothing for the failed task."""
     for raw in errbacks:
@@ -264,14 +281,17 @@ def call_errbacks(errbacks: list[Any], task_id: str, exception: BaseException, *
             task = lookup_task(errback.task)
         except NotRegistered:  # not defined here: pushed as a task for a worker that has it
             task = None
-        if task is not None and _takes_request(task):
+        if task is not None and _takes_request(task, errback):
             try:
                 task.function(request or _FakeRequest(task_id), exception, traceback_text, *errback.args, **errback.kwargs)
             except Exception:  # the errback failed: logged; the task stays failed
                 logger.exception("jobsapp.celery: errback %s of task %s raised", errback.task, task_id)
             continue
         try:
-            push_follow_up(dict(errback), [task_id])
+            if eager and task is not None:  # an eager run's errback runs here too
+                errback.apply((task_id,))
+            else:
+                push_follow_up(dict(errback), [task_id])
         except Exception:  # a Redis error: logged; the failed task is filed dead all the same
             logger.exception("jobsapp.celery: errback %s of task %s could not be pushed", errback.task, task_id)
 

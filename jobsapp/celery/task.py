@@ -335,8 +335,36 @@ class Task(Generic[Params, Returned]):
         """Run the task here and now as a worker would (``request.is_eager``): handlers, autoretry
         (a retry runs again at once, ``request.retries`` one higher), ``update_state``; returns an
         ``EagerResult``. ``throw`` raises the task's error here instead of storing it."""
-        if link is not None or link_error is not None:
-            raise TypeError(f"{self.name}.apply(): link and link_error are not run eagerly; use apply_async")
+        result = self._apply_once(args, kwargs, task_id=task_id, retries=retries, throw=throw, headers=headers, **options)
+        if link is not None or link_error is not None:  # callbacks and errbacks run here too, as Celery's eager apply
+            self._eager_follow_ups(result, link, link_error)
+        return result
+
+    def _eager_follow_ups(self, result: EagerResult[Any], link: Any, link_error: Any) -> None:
+        """``link`` callbacks applied with the value, or ``link_error`` errbacks called as a
+        worker calls them (``follow_up.call_errbacks``), here, after an eager run."""
+        callbacks = link if isinstance(link, list | tuple) else [link] if link is not None else []
+        errbacks = link_error if isinstance(link_error, list | tuple) else [link_error] if link_error is not None else []
+        if result.state == SUCCESS:
+            for callback in callbacks:
+                Signature(dict(callback)).apply((result.result,))
+        elif result.state == FAILURE and isinstance(result.result, BaseException):
+            error = result.result
+            request = Context(id=result.id, task=self.name, is_eager=True, called_directly=False)
+            follow_up.call_errbacks(
+                [dict(each) for each in errbacks], result.id, error, request=request, traceback_text=result.traceback, eager=True
+            )
+
+    def _apply_once(
+        self,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        task_id: str | None = None,
+        retries: int | None = None,
+        throw: bool | None = None,
+        headers: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> EagerResult[Returned]:
         passed_on = {name for name in options if name in HONOURED_OPTIONS}
         check_options({name: value for name, value in options.items() if name not in passed_on}, where=f"{self.name}.apply()")
         arguments, keywords = list(args or ()), dict(kwargs or {})
@@ -366,7 +394,9 @@ class Task(Generic[Params, Returned]):
                 self._retried(request, retry)
                 if throw:
                     raise
-                return self.apply(request.args, request.kwargs, task_id=task_id, retries=request.retries + 1, throw=throw, headers=headers)
+                return self._apply_once(
+                    request.args, request.kwargs, task_id=task_id, retries=request.retries + 1, throw=throw, headers=headers
+                )
             except Exception as exc:  # FAILURE, stored in the EagerResult (raised here with throw)
                 self._failed(request, exc)
                 if throw:
@@ -507,17 +537,17 @@ class Task(Generic[Params, Returned]):
         if headers:
             options[HEADERS_KEY] = headers
         if chain:
-            options[CHAIN_KEY] = chain
+            options[CHAIN_KEY] = _jsonable(chain)  # signatures inside become plain dicts
         if chord is not None:
-            options[CHORD_KEY] = chord
+            options[CHORD_KEY] = _jsonable(chord)
         options.update(self._limit_options(soft_time_limit, time_limit))
         celery_priority = self.priority if priority is None else priority
         if celery_priority is not None:
             options[PRIORITY_KEY] = from_celery(celery_priority)
         if link:
-            options[LINK_KEY] = link
+            options[LINK_KEY] = _jsonable(link)
         if link_error:
-            options[ERRBACK_KEY] = link_error
+            options[ERRBACK_KEY] = _jsonable(link_error)
         setter = self.job_class.set(**options)
         args, kwargs = _jsonable(args), _jsonable(kwargs)
         if eta is not None:

@@ -45,6 +45,10 @@ def _ported(path: Path) -> bool:
     return "/celery_integration/ported/" in path.as_posix()
 
 
+def _test_id(item: pytest.Item) -> str:
+    return item.nodeid.split("/ported/", 1)[1]
+
+
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> pytest.Class | None:
     """Celery names its test classes ``test_*`` (its ``python_classes``); collect them as such."""
     if isinstance(obj, type) and name.startswith("test_") and _ported(collector.path):
@@ -53,10 +57,15 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    everything = os.environ.get("JOBSAPP_CELERY_CANVAS") == "1"
+    not_ready = [item for item in items if _ported(item.path) and not everything and not expectations.collected(_test_id(item))]
+    if not_ready:
+        config.hook.pytest_deselected(items=not_ready)
+        items[:] = [item for item in items if item not in not_ready]
     for item in items:
         if not _ported(item.path):
             continue
-        test_id = item.nodeid.split("/ported/", 1)[1]
+        test_id = _test_id(item)
         refusal = expectations.refusal_for(test_id)
         if refusal is not None:
             item.add_marker(pytest.mark.xfail(strict=refusal.strict, raises=refusal.raises, reason=refusal.reason))
@@ -82,8 +91,27 @@ def celery_session_worker(celery_session_app: object, redis_server: RedisServer)
         "REDIS_HOST": "127.0.0.1",
         "REDIS_PORT": str(redis_server.port),
     }
+    redis_server.client().flushall()  # once, as Celery's suite starts on an empty broker; not per test (below)
     with WorkerProcess(["-c", "1", "-q", "default"], env=env, redis_url=redis_server.url) as process:
         yield process
+
+
+@pytest.fixture(autouse=True)
+def _engine_on_test_redis(redis_server: RedisServer, settings: object) -> Iterator[None]:
+    """The suite's tests share one Redis without emptying it between them, as Celery's share a
+    broker (the root conftest's fixture of this name empties it before every test, which would
+    also wipe the worker's registration that ``inspect()`` reads until its next heartbeat)."""
+    from jobsapp import connection, middleware, testing
+
+    settings.JOBSAPP = {**getattr(settings, "JOBSAPP", {}), "REDIS_URL": redis_server.url}  # type: ignore[attr-defined]
+    settings.REDIS_URL = redis_server.url  # type: ignore[attr-defined]
+    connection.reset()
+    middleware.reset_chains()
+    yield
+    testing.set_mode("disabled")
+    testing.clear_all()
+    connection.reset()
+    middleware.reset_chains()
 
 
 @pytest.fixture
@@ -108,12 +136,6 @@ def manager(app: object, celery_session_worker: WorkerProcess) -> Iterator[objec
 @pytest.fixture
 def celery_worker() -> None:
     pytest.fail("the integration suite runs against one shared session worker (celery_session_worker)")
-
-
-#: Ported files not collected yet unless ``JOBSAPP_CELERY_CANVAS=1``: ``test_canvas.py`` still has
-#: tests that neither pass nor fail loudly (docs/celery.md, "Celery's integration suite"); it
-#: joins the run when each passes or is refused in expectations.py.
-collect_ignore = [] if os.environ.get("JOBSAPP_CELERY_CANVAS") == "1" else ["ported/test_canvas.py"]
 
 
 @pytest.fixture(scope="package", autouse=True)

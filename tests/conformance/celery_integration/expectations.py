@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jobsapp.celery.exceptions import TimeoutError
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -40,6 +42,11 @@ RESULT_PUBSUB = Refusal(
     raises=AssertionError,
 )
 
+STAMPING_CHECKED_IN_RECEIVERS = Refusal(
+    "stamping is not provided; these tests check the stamps only inside signal receivers, whose errors Signal.send logs "
+    "and swallows (as Celery's does), so they may end without an error here: not counted as passing",
+    strict=False,
+)
 STARTED_ALWAYS = Refusal(
     "polls for the first state after PENDING and expects RETRY: a task here reports STARTED while it runs (Celery only "
     "with task_track_started), so the poll may see STARTED first, depending on timing",
@@ -47,7 +54,36 @@ STARTED_ALWAYS = Refusal(
     strict=False,
 )
 
+UPSTREAM_MODULE_PATH = Refusal(
+    "names tasks by Celery's module path, 't.integration.tasks.fail'; the ported tasks are defined under this "
+    "suite's package, so that name is not registered (NotRegistered, a KeyError, or a result never written)",
+    raises=(KeyError, TimeoutError),
+)
+
 REFUSED: dict[str, Refusal] = {
+    "test_canvas.py::test_link_error::test_link_error_using_signature_eager": UPSTREAM_MODULE_PATH,
+    "test_canvas.py::test_link_error::test_link_error_using_signature": UPSTREAM_MODULE_PATH,
+    **{
+        f"test_canvas.py::test_stamping_mechanism::{name}": STAMPING
+        for name in (
+            "test_properties_not_affected_from_stamping",
+            "test_task_received_has_access_to_stamps",
+            "test_replace_merge_stamps",
+            "test_linking_stamped_sig",
+            "test_err_linking_stamped_sig",
+            "test_stamps_remain_on_task_retry",
+        )
+    },
+    **{
+        f"test_canvas.py::test_stamping_mechanism::{name}": STAMPING_CHECKED_IN_RECEIVERS
+        for name in (
+            "test_stamping_example_canvas",
+            "test_stamp_value_type_defined_by_visitor",
+            "test_all_tasks_of_canvas_are_stamped",
+            "test_stamp_canvas_with_dictionary_link",
+            "test_stamp_canvas_with_dictionary_link_error",
+        )
+    },
     "test_tasks.py::test_tasks::test_retry": STARTED_ALWAYS,
     "test_tasks.py::test_tasks::test_task_sent_event_respects_publish_retry_limit": BROKER,
     "test_tasks.py::test_tasks::test_send_task_without_ignore_result_uses_task_ignore_result": WORKER_MEMORY,
@@ -75,3 +111,26 @@ REFUSED: dict[str, Refusal] = {
 def refusal_for(test_id: str) -> Refusal | None:
     """The refusal of a test id (a parametrized one by its base name too)."""
     return REFUSED.get(test_id) or REFUSED.get(test_id.split("[", 1)[0])
+
+
+#: The classes of ``test_canvas.py`` that run (each of their tests passes or is refused above);
+#: the others are deselected until they do, unless ``JOBSAPP_CELERY_CANVAS=1`` (docs/celery.md
+#: says how far each is).
+CANVAS_CLASSES_RUN = frozenset({"test_result_set", "test_xmap_xstarmap", "test_stamping_mechanism", "test_link_error"})
+
+
+#: Refused tests that are not run: their failure is reported by a subtest, which an expected
+#: failure does not cover (stamping is not provided, and the canvas's own subtest fails on it).
+NOT_RUN: dict[str, Refusal] = {
+    "test_canvas.py::test_stamping_mechanism::test_stamping_workflow": STAMPING,
+}
+
+
+def collected(test_id: str) -> bool:
+    """Whether a ported test runs in the suite (every test of test_tasks.py; the ready classes of test_canvas.py)."""
+    if test_id in NOT_RUN:
+        return False
+    file_name, _, rest = test_id.partition("::")
+    if file_name != "test_canvas.py":
+        return True
+    return rest.split("::", 1)[0] in CANVAS_CLASSES_RUN

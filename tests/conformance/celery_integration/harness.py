@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 
+from jobsapp import api
 from jobsapp.celery import Celery, states
 from jobsapp.celery.result import AsyncResult, ResultSet
 
@@ -124,10 +125,13 @@ class Manager:
         return bool(self.wait_for(lambda: self._true_or_raise(started), (StillWaiting,), **policy))
 
     def wait_until_idle(self) -> None:
-        """Wait until the workers run nothing (what the previous test left is not purged: each test has its own ids)."""
+        """As Celery's: purge the queues (what a test left waiting), then wait until the workers
+        run nothing (as their heartbeats report it: a few seconds stale at most)."""
+        while self.app.control.purge():
+            pass
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            active = self.inspect().active() or {}
-            if not any(active.values()):
+            busy = sum(process.busy for process in api.ProcessSet.all())
+            if not busy:
                 return
             time.sleep(0.1)
