@@ -208,6 +208,13 @@ def priority_queue(name: str) -> str:
     return f"{prefix()}jobsapp:pqueue:{name}"
 
 
+def priority_wake(name: str) -> str:
+    """LIST of at most one token, pushed with each prioritised job of queue ``name``: an idle
+    worker that has seen prioritised jobs blocks on it beside the queue's list (BLPOP), so such a
+    push wakes it as a plain push does."""
+    return f"{prefix()}jobsapp:pwake:{name}"
+
+
 def started(identity: str) -> str:
     """HASH jid -> 1: the recovered jobs a process is running right now (see recovery.Quarantine)."""
     return f"{prefix()}jobsapp:started:{identity}"

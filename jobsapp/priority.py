@@ -16,6 +16,8 @@ rank of priority 0 (``ZERO_RANK``) splits the ZSET: jobs ranked below it run bef
 queue's plain LIST, the others after it. The set ``keys.PRIORITISED`` indexes the queues whose
 ZSET holds jobs; ``fetch.lua`` reads it once per call and looks at a queue's ZSET only when the
 queue is in it, so a queue of plain jobs pays one ``SCARD`` per fetch and no round trip.
+A prioritised push also leaves a token in the queue's wake list (``keys.priority_wake``), on
+which an idle worker that has seen prioritised jobs waits beside the queue's list.
 
 Pushes route here: ``client`` (a prioritised job goes through ``priority_push.lua``), and the
 scripts that push a job they read back from Redis (``schedule_move``, ``requeue``,

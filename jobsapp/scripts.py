@@ -347,12 +347,13 @@ class Fetched(NamedTuple):
 
     jobs: list[tuple[bytes, str]]
     paused: frozenset[str]
+    prioritised: bool = False  # some queue had prioritised jobs (jobsapp.priority)
 
 
 def fetch(client: redis.Redis, *, inflight_key: str, queue_names: Sequence[str], count: int) -> Fetched:
     """``fetch.lua``: move up to ``count`` jobs from ``queue_names`` (in that order, skipping
     paused ones) to ``inflight_key``."""
-    taken, paused = script("fetch")(
+    taken, paused, prioritised = script("fetch")(
         client,
         [
             inflight_key,
@@ -364,7 +365,7 @@ def fetch(client: redis.Redis, *, inflight_key: str, queue_names: Sequence[str],
         [count, *queue_names, priority.ZERO_RANK],
     )
     jobs = [(_bytes(taken[index + 1]), queue_names[int(taken[index]) - 1]) for index in range(0, len(taken), 2)]
-    return Fetched(jobs, frozenset(queue_names[int(position) - 1] for position in paused))
+    return Fetched(jobs, frozenset(queue_names[int(position) - 1] for position in paused), bool(int(prioritised)))
 
 
 def _bytes(value: Any) -> bytes:
@@ -423,7 +424,9 @@ def priority_push(pipe: redis.client.Pipeline, *, queue: str, level: int, data: 
     """``priority_push.lua``, queued on ``pipe`` (its reply is 1, one job written): push a job
     with priority ``level`` (not 0) onto ``queue``'s priority ZSET, after every job of its priority."""
     script("priority_push")(
-        pipe, [keys.QUEUES, keys.PRIORITISED, keys.PRIORITY_SEQUENCE, keys.priority_queue(queue)], [queue, priority.rank_base(level), data]
+        pipe,
+        [keys.QUEUES, keys.PRIORITISED, keys.PRIORITY_SEQUENCE, keys.priority_queue(queue), keys.priority_wake(queue)],
+        [queue, priority.rank_base(level), data],
     )
 
 

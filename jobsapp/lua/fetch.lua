@@ -12,7 +12,7 @@
 -- ARGV[last] -> the rank of priority 0 (priority.ZERO_RANK): a queue's ZSET jobs ranked below it
 --               are taken before its LIST, the others after it
 -- returns    -> { {queue position (1-based), raw job, queue position, raw job, ...},
---                 {positions of paused queues} }
+--                 {positions of paused queues}, 1 when some queue had prioritised jobs else 0 }
 -- cost       -> O(queues + jobs taken); each queue's jobs are taken oldest first (right end);
 --               a queue of plain jobs pays one SCARD per call while no queue is prioritised
 local want = tonumber(ARGV[1])
@@ -56,4 +56,4 @@ for i = 3, 2 + queues do
     if ranked and want > 0 then take_ranked(position, '+inf') end
   end
 end
-return {taken, paused}
+return {taken, paused, prioritised and 1 or 0}

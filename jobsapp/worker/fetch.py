@@ -46,6 +46,9 @@ PAUSED_IDLE_SECONDS = 0.1
 #: Basic fetch reads the paused queues at most this often, not once per job.
 PAUSED_REFRESH_SECONDS = 1.0
 
+#: What marks a QueueWaiters name as a queue's wake list (jobsapp.priority), not its list.
+WAKE_MARK = "\x00wake:"
+
 #: The most packed BRPOP commands basic fetch keeps (one per queue order it has used).
 MAX_PACKED_COMMANDS = 256
 
@@ -211,6 +214,10 @@ class _Interruptible:
 class QueueWaiters:
     """Idle waiting on several queues at once, without giving up reliable fetch.
 
+    Once the process has seen prioritised jobs (``jobsapp.priority``), each queue also gets a
+    waiter (``jobsapp.waiter-wake-<queue>``) that takes a token from the queue's wake list
+    (``BLPOP``): a prioritised push wakes the fetcher, whose next ``fetch.lua`` takes the job.
+
     One thread (``jobsapp.waiter-<queue>``) and one connection per queue; each wait asks every
     waiter for one ``BLMOVE <queue> <in-flight> RIGHT LEFT <timeout>``. The first job to arrive
     wakes the fetcher, which unblocks the other waiters (``CLIENT UNBLOCK``): any job they had
@@ -221,7 +228,7 @@ class QueueWaiters:
         self.inflight_key = inflight_key
         self.client = client
         self.make_blocking_client = make_blocking_client
-        self._results: queue.SimpleQueue[tuple[str, bytes | None]] = queue.SimpleQueue()
+        self._results: queue.SimpleQueue[tuple[str, bytes | None, bool]] = queue.SimpleQueue()  # (name, raw, woken)
         self._requests: dict[str, queue.SimpleQueue[float | None]] = {}
         self._connection_ids: dict[str, int] = {}
         self._busy: set[str] = set()
@@ -233,14 +240,17 @@ class QueueWaiters:
         if requests is None:
             requests = self._requests[name] = queue.SimpleQueue()
             ready = threading.Event()
-            threading.Thread(target=self._run, args=(name, requests, ready), name=f"jobsapp.waiter-{name}", daemon=True).start()
+            thread_name = f"jobsapp.waiter-{name.replace(WAKE_MARK, 'wake-')}"
+            threading.Thread(target=self._run, args=(name, requests, ready), name=thread_name, daemon=True).start()
             ready.wait(5.0)
         return requests
 
     def _run(self, name: str, requests: queue.SimpleQueue[float | None], ready: threading.Event) -> None:
         blocking = self.make_blocking_client()
+        wake = name.startswith(WAKE_MARK)  # a queue's wake list (a token, not a job), not its list
+        key = keys.priority_wake(name[len(WAKE_MARK) :]) if wake else keys.queue(name)
         try:
-            self._connection_ids[name] = connection.client_id(blocking, key=keys.queue(name))
+            self._connection_ids[name] = connection.client_id(blocking, key=key)
         except (redis.RedisError, OSError):  # Redis away: the BLMOVE below fails and reports it
             pass
         ready.set()
@@ -249,11 +259,15 @@ class QueueWaiters:
             if timeout is None:
                 return
             raw: bytes | None = None
+            woken = False
             try:
-                reply = blocking.blmove(keys.queue(name), self.inflight_key, timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]  # seconds may be fractional
-                raw = None if reply is None else as_bytes(reply)
+                if wake:  # losing a token costs one wait, nothing else
+                    woken = blocking.blpop([key], timeout) is not None
+                else:
+                    reply = blocking.blmove(key, self.inflight_key, timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]  # seconds may be fractional
+                    raw = None if reply is None else as_bytes(reply)
                 if name not in self._connection_ids:
-                    self._connection_ids[name] = connection.client_id(blocking, key=keys.queue(name))
+                    self._connection_ids[name] = connection.client_id(blocking, key=key)
             except (redis.RedisError, OSError):  # reported as "nothing"; the fetcher's next Lua fetch sees the outage
                 time.sleep(min(timeout, 0.5))
             if raw is not None and self.closed:
@@ -266,19 +280,23 @@ class QueueWaiters:
                     pass
             with self._lock:
                 self._busy.discard(name)
-            self._results.put((name, raw))
+            self._results.put((name, raw, woken))
 
     def collect(self) -> list[UnitOfWork]:
         units: list[UnitOfWork] = []
         while True:
             try:
-                name, raw = self._results.get_nowait()
+                name, raw, _ = self._results.get_nowait()
             except queue.Empty:
                 return units
             if raw is not None:
                 units.append(UnitOfWork(raw, name))
 
-    def wait(self, names: list[str], timeout_seconds: float) -> list[UnitOfWork]:
+    def wait(self, names: list[str], timeout_seconds: float, *, wake: bool = False) -> list[UnitOfWork]:
+        """Block up to ``timeout_seconds`` for a job of ``names``; with ``wake``, a prioritised
+        push to one of them ends the wait too (nothing returned: the caller fetches it)."""
+        if wake:
+            names = [*names, *[WAKE_MARK + name for name in names]]
         asked = []
         for name in names:
             with self._lock:
@@ -288,17 +306,18 @@ class QueueWaiters:
             self._waiter(name).put(timeout_seconds)
             asked.append(name)
         units: list[UnitOfWork] = []
+        woken = False
         deadline = time.monotonic() + timeout_seconds + 1.0
-        while not units and time.monotonic() < deadline:
+        while not units and not woken and time.monotonic() < deadline:
             try:
-                name, raw = self._results.get(timeout=max(0.0, deadline - time.monotonic()))
+                name, raw, woken = self._results.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
             if raw is not None:
                 units.append(UnitOfWork(raw, name))
             elif not self._busy:
                 break
-        if units:
+        if units or woken:
             self._unblock()
             units.extend(self.collect())
         return units
@@ -347,6 +366,8 @@ class ReliableFetch(_Interruptible):
         self._blocking_id = None
         self._interrupted = threading.Event()
         self._waiters = QueueWaiters(self.inflight_key, client=client, make_blocking_client=make_blocking_client)
+        # set once a fetch saw prioritised jobs: idle waits then watch the queues' wake lists too
+        self._wake = False
 
     def interrupt(self) -> None:
         super().interrupt()
@@ -359,6 +380,7 @@ class ReliableFetch(_Interruptible):
             return pending
         order = self.queues.order(self.rng)
         fetched = scripts.fetch(self.client, inflight_key=self.inflight_key, queue_names=order, count=count)
+        self._wake = self._wake or fetched.prioritised
         if fetched.jobs:
             return [UnitOfWork(raw, queue) for raw, queue in fetched.jobs]
         if block_seconds <= 0:
@@ -367,13 +389,13 @@ class ReliableFetch(_Interruptible):
         if not ready:  # every queue is paused: idle briefly instead of spinning on Redis
             self._idle(min(block_seconds, PAUSED_IDLE_SECONDS))
             return []
-        if len(ready) == 1:
+        if len(ready) == 1 and not self._wake:
             self._remember_blocking_connection()
             raw = self.blocking_client.blmove(keys.queue(ready[0]), self.inflight_key, block_seconds, "RIGHT", "LEFT")  # type: ignore[arg-type]  # seconds may be fractional
             return [UnitOfWork(as_bytes(raw), ready[0])] if raw is not None else []
         # BLMOVE waits on one list: with several queues, one waiter per queue blocks at once,
         # so a push to any of them wakes the fetcher within a millisecond.
-        return self._waiters.wait(ready, block_seconds)
+        return self._waiters.wait(ready, block_seconds, wake=self._wake)
 
     def collect_pending(self) -> list[UnitOfWork]:
         """Jobs the queue waiters moved in flight but did not hand over yet."""

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: What each script answers, shaped as its wrapper parses it.
 REPLIES: dict[str, Any] = {
-    "fetch": ([], []),
+    "fetch": ([], [], 0),
     "ack": (1, 1),
     "batch_update": (0, b""),
     "periodic_claim": (1, b"pushed", b""),

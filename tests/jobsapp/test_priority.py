@@ -268,3 +268,20 @@ def test_a_periodic_job_of_a_prioritised_class_runs_as_a_plain_job():
     definition = periodic.build("prioritised-every-minute", {"class": Prioritised.wire_name(), "every": 60})
     # When its job is built for a tick, Then it carries no priority: the claim pushes it to the list
     assert "priority" not in definition.item("cd" * 12)
+
+
+@pytest.mark.parametrize("queues", [["default"], ["default", "other"]])
+def test_an_idle_worker_that_has_seen_priorities_is_woken_by_a_prioritised_push(redis, redis_server, queues):
+    # Given an idle worker whose blocking wait lasts 60 s, and that has run a prioritised job
+    env = {"JOBSAPP_TEST_OVERRIDES": json.dumps({"FETCH_BLOCK_SECONDS": 60})}
+    flags = [flag for name in queues for flag in ("-q", name)]
+    Record.set(priority=5).perform_async("first")
+    with WorkerProcess(["-c", "1", *flags], env=env, redis_url=redis_server.url):
+        wait_until(lambda: ran(redis) == ["first"], timeout_seconds=20)
+        time.sleep(0.5)  # idle now: blocked on its queues' lists and wake lists
+        # When a prioritised job is pushed, Then it runs long before the 60 s wait would end
+        Record.set(priority=5).perform_async("second")
+        wait_until(lambda: ran(redis) == ["first", "second"], timeout_seconds=15)
+        # And a plain push still wakes it
+        Record.perform_async("plain")
+        wait_until(lambda: ran(redis) == ["first", "second", "plain"], timeout_seconds=15)
