@@ -116,7 +116,9 @@ def refusal_for(test_id: str) -> Refusal | None:
 #: The classes of ``test_canvas.py`` that run (each of their tests passes or is refused above);
 #: the others are deselected until they do, unless ``JOBSAPP_CELERY_CANVAS=1`` (docs/celery.md
 #: says how far each is).
-CANVAS_CLASSES_RUN = frozenset({"test_result_set", "test_xmap_xstarmap", "test_stamping_mechanism", "test_link_error"})
+CANVAS_CLASSES_RUN = frozenset(
+    {"test_result_set", "test_xmap_xstarmap", "test_stamping_mechanism", "test_link_error", "test_signature_serialization"}
+)
 
 
 #: Refused tests that are not run: their failure is reported by a subtest, which an expected
