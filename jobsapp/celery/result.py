@@ -265,6 +265,11 @@ class AsyncResult(ResultBase, Generic[Returned]):
     def as_list(self) -> list[AsyncResult[Any]]:
         return [self]
 
+    def as_tuple(self) -> tuple[Any, Any]:
+        """``((id, parent's tuple), None)``: Celery's serializable form of a result and its parents."""
+        parent = self.parent
+        return (self.id, parent.as_tuple() if parent is not None and hasattr(parent, "as_tuple") else None), None
+
     @property
     def children(self) -> list[Any] | None:
         """The results of the callbacks linked to this task when it was applied from this process
@@ -431,6 +436,13 @@ class GroupResult(ResultSet, AsyncResult[list[Any]]):
     @property
     def children(self) -> list[AsyncResult[Any]]:  # a group's children are its tasks
         return self.results
+
+    def as_tuple(self) -> tuple[Any, Any]:
+        """``((group id, parent's tuple), [each result's tuple])``, as Celery's ``GroupResult.as_tuple``."""
+        parent = self.parent
+        return (self.id, parent.as_tuple() if parent is not None and hasattr(parent, "as_tuple") else None), [
+            each.as_tuple() for each in self.results
+        ]
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, GroupResult) and other.id == self.id and other.results == self.results

@@ -156,3 +156,12 @@ def test_a_header_value_json_cannot_hold_fails_the_callback_visibly():
     # Then the callback is FAILURE with the reason, never PENDING for ever
     with pytest.raises(TypeError, match="set"):
         result.get(timeout=TIMEOUT)
+
+
+def test_results_give_celery_s_tuple_form():
+    # Given a frozen chain and a frozen group
+    chained = (add.s(1, 1) | add.s(2)).freeze()
+    grouped = group(add.s(1, 1), add.s(2, 2)).freeze()
+    # Then as_tuple() nests each result with its parent's, and a group's with its members', as Celery's
+    assert chained.as_tuple() == ((chained.id, ((chained.parent.id, None), None)), None)
+    assert grouped.as_tuple() == ((grouped.id, None), [((each.id, None), None) for each in grouped.results])
