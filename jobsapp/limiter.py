@@ -47,7 +47,8 @@ removes the token frees it and wakes a job), whichever path ends the job first:
 - the job ending any other way (``holding``'s backstop releases what it still holds): a
   ``JobTimeout`` landing inside ``acquire`` after the grant, or in ``__exit__`` before the
   release, leaves nothing held once the job has failed;
-- a graceful shutdown putting the job back (``release_at_exit``, called by the manager);
+- a graceful shutdown putting the job back (``release_at_exit``, called by the manager; a put-back
+  job still waiting for room then gets ``PutBack`` and never starts in this process);
 - the process dying (``release_owner``, called by the orphan sweeper and by the next process in
   the supervisor slot when they recover its in-flight jobs).
 
@@ -181,6 +182,18 @@ def owner(inflight_key: str) -> str:
     return _process_owner[0]
 
 
+#: The processes (identities) past their shutdown deadline: the jobs they still ran then were put
+#: back on their queues, so one of them still waiting for room must not take it and start here as
+#: well (``release_at_exit`` adds the process; ``acquire`` raises ``PutBack`` for its jobs).
+_stopped_owners: set[str] = set()
+
+
+class PutBack(BaseException):  # a signal to the thread, as GeneratorExit, not an error
+    """Raised in a job that waits for a limiter's room when its process has put it back on its
+    queue at the shutdown deadline: it runs again from there, never here too. A BaseException,
+    so a job's ``except Exception`` does not swallow it; the processor files nothing for it."""
+
+
 class Holder:
     """The job a thread (or asyncio task) is running, for the concurrent permits it takes: its
     process's identity, its jid, and the permits it may hold. A permit is added *before* the
@@ -263,6 +276,7 @@ def release_at_exit(client: redis.Redis, inflight_key: str) -> int:
     limit, and any taken outside a job; how many were held. Never raises for Redis: a slot it
     cannot release frees when the process's in-flight list is recovered, or at its lock timeout."""
     identity = owner(inflight_key)
+    _stopped_owners.add(identity)  # first: a put-back job still waiting for room takes none of these
     try:
         released = _release_tokens(client, identity, lambda token: True)
     except REDIS_ERRORS as exc:
@@ -346,11 +360,16 @@ class Limiter:
             pipe.execute()
             self._described = True
         permit = self._new_permit()
+        holder = _holder.get()
         deadline = time.monotonic() + self.wait_timeout
         try:
             while True:
+                if holder is not None and holder.identity in _stopped_owners:  # put back: released below
+                    raise PutBack(f"jid={holder.jid} was put back on its queue at the shutdown deadline")
                 granted, value = self._try(client, permit)
                 if granted:
+                    if holder is not None and holder.identity in _stopped_owners:  # granted as it was put back
+                        raise PutBack(f"jid={holder.jid} was put back on its queue at the shutdown deadline")
                     permit.acquired_at = value
                     return permit
                 remaining = deadline - time.monotonic()

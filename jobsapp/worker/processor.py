@@ -281,6 +281,8 @@ class Processor:
         except BaseException as exc:  # noqa: BLE001  # any failure of user code (even SystemExit): retried, dead or discarded
             if isinstance(exc, JobCancelled):
                 return self._on_cancelled(admitted, exc)
+            if isinstance(exc, limiter.PutBack):  # put back at the shutdown deadline before it had room: never ran
+                return admitted.result(acknowledge=False, failed=False)
             if isinstance(exc, limiter.OverLimit):
                 rescheduled = self._on_over_limit(admitted, exc)
                 if rescheduled is not None:

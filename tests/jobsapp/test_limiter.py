@@ -213,6 +213,13 @@ def test_async_tasks_sharing_a_limiter_each_release_their_own_slot(redis):
 OWNER_INFLIGHT = keys.inflight("host:1:abc")  # a reliable fetch's in-flight list: its owner is host:1:abc
 
 
+@pytest.fixture(autouse=True)
+def _owner_restarts_fresh():
+    # production identities are never reused; these tests reuse OWNER_INFLIGHT after its shutdown
+    yield
+    limiter._stopped_owners.clear()
+
+
 def _holders(redis, name):
     return sorted(token.decode() for token in redis.zrange(f"jobsapp:limiter:{name}:holders", 0, -1))
 
@@ -280,6 +287,47 @@ def test_a_process_shutting_down_releases_the_slots_of_its_jobs_still_running(re
     for thread in threads:
         thread.join()
     assert other.release(limiter.Permit("jid-other:0123", 0.0, limiter=other)) == 1
+
+
+def test_a_job_put_back_while_it_waits_for_room_never_takes_a_slot_its_shutdown_released(redis):
+    import threading
+
+    # Given a job of this process holding the only slot past the shutdown deadline, and a second
+    # job of this process waiting for that slot
+    slots = limiter.concurrent("put-back", 1, wait_timeout=30, lock_timeout=600)
+    holding, leave = threading.Event(), threading.Event()
+    started: list[str] = []
+    outcomes: dict[str, BaseException | None] = {}
+
+    def job(name):
+        def run():
+            try:
+                with slots:
+                    started.append(name)
+                    holding.set()
+                    leave.wait()
+                outcomes[name] = None
+            except BaseException as exc:  # what the waiting job got, checked below
+                outcomes[name] = exc
+
+        return run
+
+    first = threading.Thread(target=limiter.holding(OWNER_INFLIGHT, "jid-long", job("long")))
+    first.start()
+    holding.wait(5)
+    second = threading.Thread(target=limiter.holding(OWNER_INFLIGHT, "jid-next", job("next")))
+    second.start()
+    time.sleep(0.3)  # the second job polls for room
+    # When the process shuts down (both jobs put back on their queue) and its slots are released
+    released = limiter.release_at_exit(redis, OWNER_INFLIGHT)
+    second.join(5)
+    leave.set()
+    first.join(5)
+    # Then the waiting job stops with PutBack without starting, and the freed slot stays free
+    assert released == 1
+    assert started == ["long"]
+    assert isinstance(outcomes["next"], limiter.PutBack)
+    assert _holders(redis, "put-back") == []
 
 
 def test_the_slots_of_a_dead_process_are_released_when_its_jobs_are_recovered(redis):
