@@ -21,7 +21,8 @@ default_app: Callable[[], Any] | None = None
 
 
 def set_current_app(app: Any) -> None:
-    _apps[:] = [app]
+    """Make ``app`` the current one (None: there is none until the next ``Celery(...)``)."""
+    _apps[:] = [app] if app is not None else []
 
 
 def current_app() -> Any:

@@ -73,13 +73,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="package")
 def celery_session_app(redis_server: RedisServer) -> Iterator[object]:
-    from jobsapp.celery import Celery
+    from jobsapp.celery import Celery, current
 
     os.environ["REDIS_HOST"] = "127.0.0.1"
     os.environ["REDIS_PORT"] = str(redis_server.port)
     app = Celery("celery.tests")
     app.conf.update(broker_url=redis_server.url, result_backend=redis_server.url, result_extended=True, task_create_missing_queues=False)
     yield app
+    current.set_current_app(None)  # the modules after this suite see no app of its (task_always_eager, ...)
 
 
 # "package": the worker stops after this suite's last test, so it never takes the jobs of the
