@@ -8,6 +8,8 @@ Two measures, each on its own throwaway redis-server:
   priority 50 is pushed and records push -> start. Repeated ``--probes`` times (default 20), one
   probe at a time, with the backlog topped up. Prints p50, p99 and max next to one job's run
   time, and the backlog's jobs/s meanwhile (2 threads / run time when the worker is busy).
+  Then the same worker idle (having seen a prioritised job): a probe of priority 50 and a plain
+  one pushed in turn, each push -> start.
 - **cost for plain jobs** (``--before DIR``: a source tree of the code without priorities, e.g.
   ``git archive <commit> | tar -x -C DIR``): in alternating rounds, this tree and DIR each drain
   ``--jobs`` plain no-op jobs (default 20,000) with ``runworkers -P 2 -c 10`` (jobs pushed while
@@ -134,6 +136,41 @@ def latency(backlog: int, run_seconds: float, probes: int) -> None:
         )
 
 
+def idle(probes: int) -> None:
+    """Push -> start on an idle worker that has seen prioritised jobs: a prioritised probe (woken
+    through the wake list) against a plain one (woken by its BLMOVE), interleaved."""
+    from bench.jobs import PriorityProbe
+    from jobsapp.connection import get_redis
+
+    client = get_redis()
+    client.flushall()
+    samples: dict[str, list[float]] = {"priority 50": [], "plain": []}
+    with Workers(ROOT, os.environ["REDIS_URL"], ["-P", "1", "-c", "2", "-q", "prio"], 1):
+        PriorityProbe.set(priority=50).perform_async(time.time())  # the process has seen priorities
+        deadline = time.monotonic() + 10
+        while not client.llen("bench:priority"):  # (at its next look: it had not seen one yet)
+            if time.monotonic() > deadline:
+                raise RuntimeError("the first probe did not run")
+            time.sleep(0.01)
+        time.sleep(0.5)
+        for index in range(probes * 2):
+            kind = "priority 50" if index % 2 == 0 else "plain"
+            client.delete("bench:priority")
+            time.sleep(0.1)  # idle: blocked in its waits
+            PriorityProbe.set(priority=50 if kind != "plain" else 0).perform_async(time.time())
+            deadline = time.monotonic() + 10
+            while not client.llen("bench:priority"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the probe did not run")
+                time.sleep(0.0005)
+            samples[kind].append(float(client.lindex("bench:priority", 0)) * 1000)
+    for kind, values in samples.items():
+        print(
+            f"| idle worker -P 1 -c 2, {kind} push | {len(values)} | {percentile(values, 0.5):.2f} | "
+            f"{percentile(values, 0.99):.2f} | {max(values):.2f} | idle |"
+        )
+
+
 def drain(tree: Path, redis_url: str, jobs: int) -> float:
     import redis
 
@@ -210,6 +247,7 @@ def main() -> None:
         if not options.skip_latency:
             print("| backlog | probes | p50 ms | p99 ms | max ms | jobs/s meanwhile |\n|---|---|---|---|---|---|")
             latency(options.backlog, options.run_ms / 1000, options.probes)
+            idle(options.probes)
         if not options.skip_cost:
             if options.before is None:
                 parser.error("--before DIR is needed for the cost (or --skip-cost)")

@@ -46,6 +46,9 @@ PAUSED_IDLE_SECONDS = 0.1
 #: Basic fetch reads the paused queues at most this often, not once per job.
 PAUSED_REFRESH_SECONDS = 1.0
 
+#: The shortest block a queue waiter is asked for (Redis reads a 0 s timeout as "forever").
+MIN_WAIT_SECONDS = 0.05
+
 #: What marks a QueueWaiters name as a queue's wake list (jobsapp.priority), not its list.
 WAKE_MARK = "\x00wake:"
 
@@ -295,19 +298,16 @@ class QueueWaiters:
     def wait(self, names: list[str], timeout_seconds: float, *, wake: bool = False) -> list[UnitOfWork]:
         """Block up to ``timeout_seconds`` for a job of ``names``; with ``wake``, a prioritised
         push to one of them ends the wait too (nothing returned: the caller fetches it)."""
+        if self.closed:  # quiet: nothing more is taken
+            return []
         if wake:
             names = [*names, *[WAKE_MARK + name for name in names]]
-        asked = []
+        end = time.monotonic() + timeout_seconds
         for name in names:
-            with self._lock:
-                if name in self._busy:
-                    continue
-                self._busy.add(name)
-            self._waiter(name).put(timeout_seconds)
-            asked.append(name)
+            self._ask(name, timeout_seconds)
         units: list[UnitOfWork] = []
         woken = False
-        deadline = time.monotonic() + timeout_seconds + 1.0
+        deadline = end + 1.0
         while not units and not woken and time.monotonic() < deadline:
             try:
                 name, raw, woken = self._results.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -315,12 +315,27 @@ class QueueWaiters:
                 break
             if raw is not None:
                 units.append(UnitOfWork(raw, name))
+            elif not woken and name in names and self._ask(name, end - time.monotonic()):
+                continue  # it answered an unblock meant for an earlier wait: it waits again
             elif not self._busy:
                 break
         if units or woken:
             self._unblock()
             units.extend(self.collect())
         return units
+
+    def _ask(self, name: str, seconds: float) -> bool:
+        """Have ``name``'s waiter block up to ``seconds`` (not after quiet, nor for less than
+        ``MIN_WAIT_SECONDS``: a 0 s block would never end); whether it was asked (False: it is
+        still blocked from before)."""
+        if self.closed or seconds < MIN_WAIT_SECONDS:
+            return False
+        with self._lock:
+            if name in self._busy:
+                return False
+            self._busy.add(name)
+        self._waiter(name).put(seconds)
+        return True
 
     def interrupt(self) -> None:
         """At quiet: unblock every waiter, and put back whatever one of them still moves."""
