@@ -826,12 +826,6 @@ class group(Signature[Any]):
     def apply_async(
         self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, route_name: str | None = None, **options: Any
     ) -> GroupResult:
-        if len(self["kwargs"]["tasks"]) == 1:  # a one-task group is applied as that task, as Celery's
-            only = from_dict(copy.deepcopy(dict(self["kwargs"]["tasks"][0])))
-            for name in ("link", "link_error"):
-                for each in _list_option(self.options.get(name)):
-                    getattr(only, name)(from_dict(each))
-            return only.apply_async(args, kwargs, **options)  # type: ignore[return-value]
         frozen = copy.deepcopy(dict(self))
         members = []
         for each in frozen["kwargs"]["tasks"]:
@@ -845,6 +839,9 @@ class group(Signature[Any]):
         _freeze_all(frozen)
         result = _result_for(frozen, None)
         push_step(frozen, list(args or ()), rest=[])
+        if isinstance(result, GroupResult) and len(result.results) == 1 and isinstance(result.results[0], GroupResult):
+            # Celery's special case: group(a | group(b, c)) is the inner group's result
+            return result.results[0]
         return result  # type: ignore[return-value]
 
     def __call__(self, *args: Any, **kwargs: Any) -> GroupResult:

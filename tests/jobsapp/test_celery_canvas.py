@@ -165,3 +165,12 @@ def test_results_give_celery_s_tuple_form():
     # Then as_tuple() nests each result with its parent's, and a group's with its members', as Celery's
     assert chained.as_tuple() == ((chained.id, ((chained.parent.id, None), None)), None)
     assert grouped.as_tuple() == ((grouped.id, None), [((each.id, None), None) for each in grouped.results])
+
+
+def test_a_one_task_group_is_still_a_group_unless_it_holds_a_group():
+    # Given a group of one task, and a group of one chain ending in a group
+    single = group(add.s(1, 1))()
+    nested = group(add.s(1, 2) | group(add.s(1), add.s(2)))()
+    # Then the first gives a list of one value; the second the inner group's values (Celery's special case)
+    assert isinstance(single, GroupResult) and single.get(timeout=TIMEOUT) == [2]
+    assert nested.get(timeout=TIMEOUT) == [4, 5]
