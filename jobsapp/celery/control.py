@@ -17,6 +17,7 @@ in Celery (``SIGUSR1``: a soft time limit) warns once and cancels all the same.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .. import api, result_writer, results
@@ -190,7 +191,7 @@ class Inspect:
                 "hostname": process.hostname,
                 "pool": {"max-concurrency": process.concurrency, "implementation": "threads"},
                 "broker": {"transport": "redis"},
-                "uptime": None if process.started_at is None else max(0.0, __import__("time").time() - process.started_at),
+                "uptime": None if process.started_at is None else max(0.0, time.time() - process.started_at),
                 "total": {},
                 "queues": process.queues,
             }
