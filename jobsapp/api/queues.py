@@ -39,12 +39,27 @@ def latency_of(oldest_raw: bytes | str | None, now: float) -> float:
     return JobRecord(oldest_raw).latency(now=now)
 
 
+#: How many replies ``queue_summary_commands`` queues per name.
+SUMMARY_REPLIES = 3
+
+
+def queue_summary_commands(pipe: Any, names: list[str]) -> None:
+    """Queue on ``pipe``, per name, the commands ``summarize`` reads: LLEN and LRANGE -1 -1 of
+    its list, ZCARD of its prioritised jobs (``jobsapp.priority``; same hash tag on a cluster)."""
+    for name in names:
+        pipe.llen(keys.queue(name))
+        pipe.lrange(keys.queue(name), -1, -1)
+        pipe.zcard(keys.priority_queue(name))
+
+
 def summarize(names: list[str], paused: set[str], replies: list[Any], now: float) -> list[QueueSummary]:
-    """Summaries from pipelined (LLEN, LRANGE -1 -1) reply pairs, one pair per name; largest first."""
+    """Summaries from the replies of ``queue_summary_commands``; largest first. A queue's size
+    counts its list and its prioritised jobs, as ``Queue.size``; its latency is its list's."""
     summaries = []
     for index, name in enumerate(names):
-        size, oldest = replies[2 * index], replies[2 * index + 1]
-        summaries.append(QueueSummary(name, int(size), latency_of(oldest[0] if oldest else None, now), name in paused))
+        listed, oldest, ranked = replies[SUMMARY_REPLIES * index : SUMMARY_REPLIES * (index + 1)]
+        size = int(listed) + int(ranked)
+        summaries.append(QueueSummary(name, size, latency_of(oldest[0] if oldest else None, now), name in paused))
     summaries.sort(key=lambda summary: (-summary.size, summary.name))
     return summaries
 
@@ -110,9 +125,7 @@ class Queue:
         if not names:
             return []
         pipe = get_redis().pipeline(transaction=False)
-        for name in names:
-            pipe.llen(keys.queue(name))
-            pipe.lrange(keys.queue(name), -1, -1)
+        queue_summary_commands(pipe, names)
         return summarize(names, paused, pipe.execute(), now)
 
     # --- one queue ----------------------------------------------------------------------

@@ -3,7 +3,8 @@
 ``Stats.fetch()`` costs two round trips whatever the number of queues and processes: the first
 pipeline reads the lifetime counters (``expired`` is ours, ``jobsapp:stat:expired``), the three set sizes and the members of ``queues``,
 ``jobsapp:paused`` and ``processes``; the second reads, per process, its ``busy`` and whether its
-heartbeat is alive, and per queue its length and oldest job (for latency). Busy threads count
+heartbeat is alive, and per queue its length and oldest job (for latency) and its prioritised
+jobs' count (``jobsapp.priority``), which the size includes. Busy threads count
 live processes only; ``processes_size`` counts live ones too (Sidekiq's SCARD may include a
 process that died less than a minute ago; the dashboard shouldn't).
 
@@ -22,7 +23,7 @@ from redis.crc import key_slot
 from .. import connection, keys
 from ..connection import as_text, get_redis
 from .guard import translate_errors
-from .queues import QueueSummary, summarize
+from .queues import QueueSummary, queue_summary_commands, summarize
 
 #: Sidekiq stores five years of daily counters; History refuses to read more.
 MAX_HISTORY_DAYS = 5 * 365
@@ -113,9 +114,7 @@ class Stats:
         pipe = connection.pipeline(transaction=False)
         for identity in processes:
             pipe.hmget(keys.process(identity), "info", "busy")
-        for name in names:
-            pipe.llen(keys.queue(name))
-            pipe.lrange(keys.queue(name), -1, -1)
+        queue_summary_commands(pipe, names)
         replies = pipe.execute()
         heartbeats = replies[: len(processes)]
         alive = [busy for info, busy in heartbeats if info is not None]

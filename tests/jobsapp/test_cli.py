@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 
 from jobsapp import connection, keys
 from tests.jobsapp import sidekiq_data as data
+from tests.testapp.jobs import Record
 
 
 def run(*args: str) -> str:
@@ -54,6 +55,16 @@ def test_queues_table_is_aligned(redis):
     queues = run_json("queues")
     assert [queue["name"] for queue in json.loads(run("queues", "--json"))] == ["a-very-long-queue-name", "q"]
     assert {key: queues[1][key] for key in ("name", "size", "paused")} == {"name": "q", "size": 1, "paused": True}
+
+
+def test_queue_sizes_and_stats_count_prioritised_jobs(redis):
+    # Given a queue holding one plain job and two prioritised ones
+    Record.set(queue="urgent").perform_async("plain")
+    Record.set(queue="urgent", priority=5).perform_async("five")
+    Record.set(queue="urgent", priority=-5).perform_async("minus-five")
+    # When the queues and the stats are listed, Then its size counts all three
+    assert {queue["name"]: queue["size"] for queue in run_json("queues")} == {"urgent": 3}
+    assert run_json("stats")["enqueued"] == 3
 
 
 def test_processes_lists_live_ones(redis):

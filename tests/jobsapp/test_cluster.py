@@ -87,6 +87,17 @@ def test_pushes_refused_cross_slot_never_happen_in_bulk_or_scheduled(on_cluster)
     assert api.ScheduledSet().size() == 1
 
 
+def test_queue_summaries_count_prioritised_jobs_on_a_cluster(on_cluster):
+    # Given a queue holding one plain job and two prioritised ones, on a cluster
+    Record.set(queue="urgent").perform_async("plain")
+    Record.set(queue="urgent", priority=5).perform_async("five")
+    Record.set(queue="urgent", priority=-5).perform_async("minus-five")
+    # When the summaries and the stats are read (one pipeline over keys of one hash tag)
+    # Then the queue's size counts all three
+    assert [(queue.name, queue.size) for queue in api.Queue.summaries()] == [("urgent", 3)]
+    assert api.Stats.fetch().enqueued == 3
+
+
 def test_check_says_a_cluster_given_as_a_plain_url_needs_cluster_mode(cluster, settings):
     # Given REDIS_URL naming a cluster node without REDIS_CLUSTER
     settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": cluster.url, "REDIS_CLUSTER": False}

@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from jobsapp import connection, keys
 from tests.jobsapp import sidekiq_data as data
+from tests.testapp.jobs import Record
 
 pytestmark = pytest.mark.django_db
 
@@ -218,6 +219,20 @@ def test_stats_json_has_the_counters(staff, populated):
     assert (stats["processed"], stats["failed"], stats["enqueued"]) == (123456, 789, 31)
     assert (stats["scheduled"], stats["retries"], stats["dead"], stats["busy"], stats["processes"]) == (1, 1, 1, 1, 1)
     assert {"name": "imports", "size": 1, "paused": True} == {key: value for key, value in stats["queues"][1].items() if key != "latency"}
+
+
+def test_queue_summaries_count_prioritised_jobs(staff, redis):
+    # Given a queue holding one plain job and two prioritised ones
+    Record.set(queue="urgent").perform_async("plain")
+    Record.set(queue="urgent", priority=5).perform_async("five")
+    Record.set(queue="urgent", priority=-5).perform_async("minus-five")
+    # When the queues page and the overview's stats are read, Then the queue's size counts all three
+    queues = staff.get(reverse("jobsapp:queues")).content.decode()
+    row = queues[queues.index('<tr data-queue="urgent">') :]
+    assert row[: row.index("</tr>")].count('<td class="num">3</td>') == 1
+    stats = staff.get(reverse("jobsapp:stats_json")).json()
+    assert stats["enqueued"] == 3
+    assert [(queue["name"], queue["size"]) for queue in stats["queues"]] == [("urgent", 3)]
 
 
 def test_queue_page_paginates_newest_first(staff, populated):

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobsapp import keys
 from tests.jobsapp import sidekiq_data as data
+from tests.testapp.jobs import Record
 
 pytestmark = pytest.mark.django_db
 
@@ -56,6 +57,17 @@ def test_metrics_report_queues_sets_processes_and_counters(staff, redis):
     assert samples[("jobs_busy_threads", ())] == 1
     assert samples[("jobs_threads", ())] == 10
     assert ids["identity"]
+
+
+def test_queue_size_gauges_count_prioritised_jobs(staff, redis):
+    # Given a queue holding one plain job and two prioritised ones
+    Record.set(queue="urgent").perform_async("plain")
+    Record.set(queue="urgent", priority=5).perform_async("five")
+    Record.set(queue="urgent", priority=-5).perform_async("minus-five")
+    # When Prometheus scrapes, Then the queue's size and pending gauges count all three
+    samples = scrape(staff)
+    assert samples[("jobs_queue_size", (("queue", "urgent"),))] == 3
+    assert samples[("jobs_queue_jobs", (("queue", "urgent"), ("state", "pending")))] == 3
 
 
 def test_duration_histograms_are_summed_over_live_processes(staff, redis):
