@@ -188,6 +188,22 @@ def call_death_handlers(item: Item, exception: BaseException | None) -> None:
             logger.exception("death handler %s failed", path)
 
 
+def tell_startup() -> None:
+    """``on_startup`` on every server middleware that has it: the worker process has started its
+    threads and takes jobs from now on (each ``-P`` child once)."""
+    for middleware in server_chain().instances():
+        if hasattr(middleware, "on_startup"):
+            _notify_one(middleware, "on_startup")
+
+
+def _notify_one(middleware: object, hook: str) -> None:
+    """Call ``hook`` on one server middleware; a hook that raises is logged and ignored."""
+    try:
+        getattr(middleware, hook)()
+    except Exception:  # a start-up hook must not stop the worker taking jobs
+        logger.exception("server middleware %s.%s failed", type(middleware).__name__, hook)
+
+
 def tell_shutdown() -> None:
     """``on_shutdown`` on every server middleware: the worker process is about to exit."""
     notify("on_shutdown")

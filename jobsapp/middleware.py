@@ -9,7 +9,8 @@ told what the engine decided after the chain has finished, so a middleware can r
 for retry (2 of 25)" without re-deriving the retry policy. They are called by the "job ended"
 door alone (``jobsapp.ending``: ``finish`` and ``put_back``), wherever the job ended: in a
 worker, or in the web process or command where an operator deleted, killed or moved it
-(``jobsapp.api``). ``on_shutdown`` comes last, when the worker process is about to exit (``-P``
+(``jobsapp.api``). ``on_startup`` comes first, once the worker process (each ``-P`` child) has
+started its threads and takes jobs (``tell_startup``); ``on_shutdown`` comes last, when the worker process is about to exit (``-P``
 children leave with ``os._exit``: no atexit runs; ``tell_shutdown``). A hook that raises is
 logged and ignored: middleware never decides where a job ends up.
 
@@ -36,6 +37,7 @@ from .chains import (
     run_server_chain,
     server_chain,
     tell_shutdown,
+    tell_startup,
 )
 from .payload import Item
 
@@ -56,6 +58,7 @@ __all__ = [
     "run_server_chain",
     "server_chain",
     "tell_shutdown",
+    "tell_startup",
 ]
 
 
@@ -103,6 +106,10 @@ class ServerMiddleware:
         """The job was put back on its queue unfinished (shutdown, recovery) or sent there by an
         operator, to run again. ``reason`` is a ``jobsapp.outcomes.RequeueReason`` (a str:
         ``"shutdown"``, ``"recovered"``, ``"operator"``...)."""
+
+    def on_startup(self) -> None:
+        """The worker process has started its threads and takes jobs from now on (each ``-P``
+        child once): warm up what every job will need."""
 
     def on_shutdown(self) -> None:
         """The worker process is about to exit: no job runs any more; flush what you buffer."""

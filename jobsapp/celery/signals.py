@@ -22,8 +22,11 @@ Where each is sent (the process and thread named are where receivers run):
   ``task_postrun`` (``retval``, ``state``): the worker thread running the task; ``sender`` the task.
 - ``task_revoked`` (``request``, ``terminated``, ``signum``, ``expired``): where the revocation
   is seen: the revoking caller, or the worker that finds an expired task.
-- ``worker_ready`` / ``worker_shutdown``: the worker process, when it starts taking jobs and when
-  it is about to exit.
+- ``worker_ready`` / ``worker_shutdown``: the worker process (each ``-P`` child once), when it
+  starts taking jobs and when it is about to exit; ``sender`` None (there is no consumer or
+  worker object). They travel through the engine's server middleware hooks ``on_startup`` and
+  ``on_shutdown``: ``WorkerSignals`` joins the server chain when a receiver connects to either of
+  them, or (a receiver connected before Django's settings were loaded) when a task is declared.
 
 A receiver that raises is logged (``jobsapp.celery.signals``) and the others still run, as
 Celery's ``Signal.send`` does; nothing a receiver does changes what becomes of the task.
@@ -36,6 +39,8 @@ import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from ..middleware import ServerMiddleware, server_chain
 
 logger = logging.getLogger("jobsapp.celery.signals")
 
@@ -149,15 +154,52 @@ task_rejected = Signal("task_rejected", {"message", "exc"})
 task_unknown = Signal("task_unknown", {"message", "exc", "name", "id"})
 worker_init = Signal("worker_init")
 worker_process_init = Signal("worker_process_init")
-worker_ready = Signal("worker_ready")
-worker_shutdown = Signal("worker_shutdown")
+
+
+class WorkerSignals(ServerMiddleware):
+    """The server middleware that sends ``worker_ready`` and ``worker_shutdown``."""
+
+    def on_startup(self) -> None:
+        worker_ready.send(sender=None)
+
+    def on_shutdown(self) -> None:
+        worker_shutdown.send(sender=None)
+
+
+def install_worker_signals() -> None:
+    """Put ``WorkerSignals`` in the server chain (once) when either signal has a receiver (a job
+    pays nothing for signals nobody hears). Before Django's settings are loaded (a ``celery.py``
+    imported from the project package) there is no chain yet: the next task declared or receiver
+    connected afterwards installs it."""
+    from django.conf import settings
+
+    if not settings.configured or not (worker_ready.receivers or worker_shutdown.receivers):
+        return
+    chain = server_chain()
+    if WorkerSignals not in chain:
+        chain.add(WorkerSignals)
+
+
+class _WorkerSignal(Signal):
+    """A signal sent by ``WorkerSignals``: connecting to it installs that middleware."""
+
+    def _connect(self, receiver: Receiver, sender: Any = None, weak: bool = True, dispatch_uid: Any = None) -> Receiver:
+        connected = super()._connect(receiver, sender=sender, weak=weak, dispatch_uid=dispatch_uid)
+        install_worker_signals()
+        return connected
+
+
+worker_ready = _WorkerSignal("worker_ready")
+worker_shutdown = _WorkerSignal("worker_shutdown")
 import_modules = Signal("import_modules")
 
 __all__ = [
     "Signal",
+    "WorkerSignals",
     "after_task_publish",
     "before_task_publish",
     "import_modules",
+    "install_worker_signals",
     "task_failure",
     "task_internal_error",
     "task_postrun",

@@ -302,6 +302,7 @@ class Task(Generic[Params, Returned]):
         self.__name__ = getattr(function, "__name__", self.name)
         with _tasks_lock:
             _tasks[self.name] = self
+        signals.install_worker_signals()  # worker_ready / worker_shutdown reach this process's receivers
 
     def __repr__(self) -> str:
         return f"<@task: {self.name}>"

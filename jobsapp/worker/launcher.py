@@ -12,7 +12,8 @@ Start order:
 3. first heartbeat (the process appears in ``processes``), then the heartbeat thread, then the
    cancel listener (``cancel_listener``: cancels asked for anywhere reach this process's jobs);
 4. the manager (fetcher, acker, processors), the scheduler, the periodic-job ticker (only when
-   periodic jobs are defined), the orphan sweeper, the outbox relay (only with ``OUTBOX`` on).
+   periodic jobs are defined), the orphan sweeper, the outbox relay (only with ``OUTBOX`` on);
+   then server middleware hears ``on_startup`` (``tell_startup``), once per process.
 
 Shutdown order (TERM/INT, or TERM through ``<identity>-signals``):
 1. stop the scheduler, the periodic-job ticker, the sweeper and the outbox relay;
@@ -20,7 +21,8 @@ Shutdown order (TERM/INT, or TERM through ``<identity>-signals``):
 3. wait up to ``timeout`` for running jobs (a second TERM/INT, a second Ctrl-C, cuts the wait
    short, as in Sidekiq); flush acknowledgements; put every still-running job back at the front
    of its queue;
-4. stop the cancel listener; last heartbeat clean-up, then exit (the process does not wait for
+4. stop the cancel listener; server middleware hears ``on_shutdown`` (``tell_shutdown``); last
+   heartbeat clean-up, then exit (the process does not wait for
    stuck job threads).
 The timeouts watchdog's hard limit (``TIMEOUT_HARD_LIMIT_SECONDS``) runs the same order at once,
 as a second TERM would, after filing the stuck job, and exits with ``EXIT_HARD_LIMIT``.
@@ -76,7 +78,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..component import Component
 from ..conf import jobs_settings
 from ..connection import CONNECTION_ERRORS, REDIS_ERRORS
-from ..middleware import client_chain, server_chain, tell_shutdown
+from ..middleware import client_chain, server_chain, tell_shutdown, tell_startup
 from ..periodic import PeriodicScheduler
 from ..periodic import definitions as periodic_definitions
 from . import aio
@@ -534,6 +536,7 @@ class WorkerProcess:
             connection.describe(),
             extra={"identity": self.identity, "concurrency": options.concurrency, "queues": options.queue_order.names},
         )
+        tell_startup()
         while not self.stop_requested.is_set():
             time.sleep(0.1)
             self._handle_pending_signals()

@@ -13,10 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from jobsapp import registry, result_writer, results
+from jobsapp import middleware, registry, result_writer, results
 from jobsapp.celery import AsyncResult, Celery, TimeoutError, chain, chord, group, revoke
-from tests.testapp.tasks import celery_add, celery_always_fails, celery_collect, celery_fails_once_no_retry, celery_flaky
-from tests.workers import WorkerProcess
+from jobsapp.celery.signals import WorkerSignals, install_worker_signals, worker_ready
+from tests.testapp.tasks import (
+    WORKER_SIGNALS_KEY,
+    celery_add,
+    celery_always_fails,
+    celery_collect,
+    celery_fails_once_no_retry,
+    celery_flaky,
+)
+from tests.workers import WorkerProcess, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,6 +109,46 @@ def test_calls_retries_and_canvas_on_a_real_worker(redis_server, redis):
     # And forget() drops a stored result
     plain.forget()
     assert plain.state == "PENDING"
+
+
+@pytest.mark.slow
+@pytest.mark.standalone_only  # the receiver and the test read one plain key
+def test_each_worker_process_sends_worker_ready_and_worker_shutdown_once(redis_server, redis):
+    # Given a worker of two processes whose tasks module connects receivers to both signals
+    worker = WorkerProcess(["-P", "2", "-c", "2"], env={"JOBSAPP_TEST_WORKER_SIGNALS": "1"}, redis_url=redis_server.url)
+    with worker:
+        pids = sorted(worker.info(identity)["pid"] for identity in worker.identities)
+
+        # When the processes are up, Then each has sent worker_ready once, with no sender
+        def heard() -> list[str]:
+            return sorted(entry.decode() for entry in redis.lrange(WORKER_SIGNALS_KEY, 0, -1))
+
+        wait_until(lambda: len(heard()) >= 2, message="worker_ready from both processes")
+        assert heard() == sorted(f"worker_ready {pid} None" for pid in pids)
+
+    # When the worker stops, Then each process has sent worker_shutdown once too, and nothing else
+    assert heard() == sorted([*(f"worker_ready {pid} None" for pid in pids), *(f"worker_shutdown {pid} None" for pid in pids)])
+
+
+def test_the_worker_signals_cost_a_job_nothing_until_a_receiver_connects(settings):
+    # Given no receiver of worker_ready or worker_shutdown (the tests' tasks module connects none here)
+    # When tasks are declared, Then the server chain holds no WorkerSignals: jobs pay no extra call
+    middleware.reset_chains()
+    try:
+        install_worker_signals()
+        assert WorkerSignals not in middleware.server_chain()
+
+        # When a receiver connects, Then the chain carries the signals to it
+        def receiver(**named):
+            return None
+
+        worker_ready.connect(receiver)
+        try:
+            assert WorkerSignals in middleware.server_chain()
+        finally:
+            worker_ready.disconnect(receiver)
+    finally:
+        middleware.reset_chains()
 
 
 SAMPLE = ROOT / "tests" / "celery_sample" / "sample.py"

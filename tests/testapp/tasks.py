@@ -138,3 +138,21 @@ async def async_multiply(left: int, right: int) -> int:
 async def celery_async_add(left, right):
     await asyncio.sleep(0.01)
     return left + right
+
+
+# --- Celery's worker signals (tests/jobsapp/test_celery.py): receivers connected only in a worker
+# started with JOBSAPP_TEST_WORKER_SIGNALS set, so no other test's worker writes anything ---------
+
+import os  # noqa: E402
+
+WORKER_SIGNALS_KEY = "test:worker-signals"
+
+if os.environ.get("JOBSAPP_TEST_WORKER_SIGNALS") == "1":
+    from jobsapp import connection
+    from jobsapp.celery.signals import worker_ready, worker_shutdown
+
+    @worker_ready.connect
+    @worker_shutdown.connect
+    def record_worker_signal(signal, sender, **named):
+        """Each signal heard: "<signal> <pid> <sender>" on a Redis list the test reads."""
+        connection.get_redis().rpush(WORKER_SIGNALS_KEY, f"{signal.name} {os.getpid()} {sender!r}")
