@@ -202,6 +202,12 @@ def inflight(identity: str) -> str:
     return f"{prefix()}jobsapp:inflight:{identity}"
 
 
+def fenced(identity: str) -> str:
+    """STRING with TTL (a day), set when another process recovered ``identity``'s in-flight list:
+    that process was declared dead, and its heartbeat, if it still beats, fences it."""
+    return f"{prefix()}jobsapp:fenced:{identity}"
+
+
 def priority_queue(name: str) -> str:
     """ZSET score=rank, member=job JSON: the jobs of queue ``name`` pushed with a priority other
     than 0 (``jobsapp.priority``); the lowest rank runs first. Ruby processes never read it."""

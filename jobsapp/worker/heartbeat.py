@@ -25,9 +25,12 @@ beats no more under this identity:
   between the end of one beat and the start of the next on the monotonic clock, so a Redis that
   froze or went away (a beat that took long or failed) is not a gap: every process waited alike
   and the sweepers wait for two beats before judging anyone;
-- its in-flight list taken: ``SADD jobsapp:inflight <identity>`` added it back, so a recovery
-  removed it (``recovery.recover_list`` drops the identity from that index once it has moved its
-  jobs). A beat that took longer than the TTL is followed by another at once, which sees it.
+- its in-flight list taken: ``recovery.recover_list`` leaves a verdict (``jobsapp:fenced:<identity>``,
+  a day) once it has moved the jobs, and the beat reads it. Positive evidence, not an absence: a
+  Redis that lost its data (a FLUSHDB, a restart without persistence) drops the process from
+  ``jobsapp:inflight`` too, and the beat's ``SADD`` just registers it again; stopping its running
+  jobs there would lose them, since no one else has them. A beat that took longer than the TTL
+  is followed by another at once, which sees the verdict.
 
 An expired ``<identity>`` key alone is not taken as a death sentence: a Redis frozen past the TTL
 expires every process's key at once while no one is recovered (fault scenario 4).
@@ -112,7 +115,6 @@ class Heartbeat(PollingComponent):
         #: Called once, with the reason, when this process may have been declared dead (reliable fetch).
         self.on_fenced = on_fenced
         self.fenced = False
-        self._registered = False  # a beat went through: this identity is in the in-flight index
         self._active_at: float | None = None  # when the last beat ended (succeeded or failed)
 
     def ready_to_judge(self) -> bool:
@@ -168,7 +170,7 @@ class Heartbeat(PollingComponent):
     def _beat(self) -> None:
         busy = self.manager.busy()
         rtt_started = time.perf_counter()
-        index_position = -1
+        verdict_position = -1
         try:
             self.client.ping()
             rtt_us = int((time.perf_counter() - rtt_started) * 1_000_000)
@@ -205,8 +207,9 @@ class Heartbeat(PollingComponent):
                     )
                     pipe.expire(key, self.ttl_seconds)
             if self.reliable:
-                index_position = len(pipe)
                 pipe.sadd(keys.INFLIGHT_INDEX, self.identity)
+                verdict_position = len(pipe)
+                pipe.exists(keys.fenced(self.identity))
             durations = self.manager.durations.snapshot()
             if durations:
                 pipe.hset(keys.job_durations(self.identity), mapping={name: histogram.encode() for name, histogram in durations.items()})
@@ -218,10 +221,8 @@ class Heartbeat(PollingComponent):
             raise
         finally:
             self._active_at = self.clock.monotonic()
-        if index_position >= 0:
-            if self._registered and results[index_position] == 1:
-                self._fence("its in-flight list was recovered by another process")
-            self._registered = True
+        if verdict_position >= 0 and results[verdict_position]:
+            self._fence("its in-flight list was recovered by another process")
         beaten_at = self.clock.monotonic()
         if self._last_beat_monotonic is not None and beaten_at - self._last_beat_monotonic > 2 * self.interval_seconds:
             # Redis (or this process) stalled without an error (a frozen server, a long GC pause):

@@ -60,6 +60,9 @@ SWEEP_ERRORS: tuple[type[BaseException], ...] = (*REDIS_ERRORS, RedisUnavailable
 
 T = TypeVar("T")
 
+#: How long a recovered process's verdict (keys.fenced) lives: far past any pause it may wake from.
+FENCED_VERDICT_SECONDS = 24 * 3600
+
 
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` may be a live process here. Our own pid counts as alive: in containers that
@@ -164,6 +167,8 @@ def recover_list(client: redis.Redis, identity: str) -> tuple[int, int]:
     client.delete(started_key)
     limiter.release_owner(client, identity)  # its jobs are back: so are their concurrent slots
     client.srem(keys.INFLIGHT_INDEX, identity)
+    # the verdict, for the process itself if it still beats (a pause past its TTL): it fences
+    client.set(keys.fenced(identity), "1", ex=FENCED_VERDICT_SECONDS)
     if requeued or buried:
         logger.warning("recovered in-flight jobs of %s: %d back on their queues, %d poison to the dead set", identity, requeued, buried)
     return requeued, buried

@@ -8,6 +8,7 @@ from jobsapp import keys
 from jobsapp.connection import get_redis
 from jobsapp.worker.heartbeat import Heartbeat
 from jobsapp.worker.launcher import Components, WorkerOptions, WorkerProcess
+from jobsapp.worker.recovery import recover_list
 from tests.manual_clock import ManualClock
 from tests.redis_down import unreachable_redis
 
@@ -138,11 +139,27 @@ def test_a_process_whose_in_flight_list_was_recovered_fences_itself_at_its_next_
     clock = ManualClock()
     process, heartbeat, reasons = fenced_heartbeat(clock)
     try:
-        # When another process's recovery takes its in-flight list (it leaves the in-flight index)
-        redis.srem(keys.INFLIGHT_INDEX, process.identity)
+        # When another process's recovery takes its in-flight list
+        recover_list(redis, process.identity)
         clock.advance_and_settle(heartbeat.interval_seconds)
         # Then its next beat notices, and it is fenced
         assert reasons == ["its in-flight list was recovered by another process"]
+    finally:
+        heartbeat.stop()
+
+
+def test_a_redis_that_lost_its_data_is_no_reason_to_fence(redis):
+    # Given a beating process
+    clock = ManualClock()
+    process, heartbeat, reasons = fenced_heartbeat(clock)
+    try:
+        # When Redis loses everything (a FLUSHDB, a restart without persistence): no one recovered
+        # its list, which its running jobs still need to finish and be acknowledged
+        redis.flushdb()
+        clock.advance_and_settle(heartbeat.interval_seconds)
+        # Then it is not fenced, and registers itself again
+        assert reasons == []
+        assert redis.sismember(keys.INFLIGHT_INDEX, process.identity)
     finally:
         heartbeat.stop()
 
