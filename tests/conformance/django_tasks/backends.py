@@ -27,9 +27,11 @@ from tests.workers import WorkerProcess
 
 #: Seconds an enqueue waits for the worker to finish the task (a regression fails, never hangs).
 WORKER_TIMEOUT_SECONDS = 30.0
-#: One line of the worker's log (project/settings.py's "plain" format), from the django.tasks logger.
-LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ \d+ \S+ (?P<level>[A-Z]+) django\.tasks: (?P<message>.*)$")
-STARTS_A_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d ")
+#: One line of the worker's log from the django.tasks logger, in project/settings.py's format
+#: (jobsapp's text format: "<ISO time> pid=<pid> tid=<thread> LEVEL logger: class=<job> jid=<jid>
+#: message", the job's fields standing before the message of a line logged inside a job).
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+Z pid=\d+ tid=\S+ (?P<level>[A-Z]+) django\.tasks: (?:class=\S+ jid=\S+ )?(?P<message>.*)$")
+STARTS_A_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT")
 FINAL_STATES = ("state=SUCCESSFUL", "state=FAILED")
 SETTINGS_MODULE = "tests.conformance.django_tasks.settings"
 
