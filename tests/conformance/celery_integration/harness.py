@@ -44,12 +44,14 @@ def get_active_redis_channels() -> list[bytes]:
 
 def check_for_logs(caplog: pytest.LogCaptureFixture, message: str, max_wait: float = 1.0, interval: float = 0.1) -> bool:
     """Whether a record matching ``message`` is captured within ``max_wait`` seconds."""
-    start = time.monotonic()
-    while time.monotonic() - start < max_wait:
-        if any(re.search(message, record.message) for record in caplog.records):
+    pattern = re.compile(message)
+    deadline = time.monotonic() + max_wait
+    while True:
+        if any(pattern.search(record.message) for record in caplog.records):
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(interval)
-    return False
 
 
 class StillWaiting(Exception):
