@@ -434,9 +434,12 @@ class JobLines:
                 "processName": probe.processName,
                 "taskName": None,
             }
+            if not hasattr(probe, "taskName"):  # Python 3.11's records have no taskName
+                del fields["taskName"]
             known = self._per_thread[ident] = (_process_id, name, fields)
         asyncio = sys.modules.get("asyncio")
-        if logging.logAsyncioTasks and asyncio is not None and asyncio._get_running_loop() is not None:  # type: ignore[attr-defined]
+        # logging.logAsyncioTasks and a record's taskName are Python 3.12+ (3.11 has neither)
+        if getattr(logging, "logAsyncioTasks", False) and asyncio is not None and asyncio._get_running_loop() is not None:
             task = asyncio.current_task()
             return {**known[2], "taskName": task.get_name() if task is not None else None}
         return known[2]
