@@ -49,6 +49,19 @@ REMEMBERED_MAX = 50_000
 JIDS_PER_MESSAGE = 500
 
 
+def remember(requests: dict[str, float], jid: str, *, asked_at: float) -> None:
+    """Note in a worker's ``requests`` (jid -> when asked, on its monotonic clock, oldest first)
+    that ``jid`` was cancelled, forgetting what is past ``RETENTION_SECONDS`` or beyond
+    ``REMEMBERED_MAX``. The caller holds the lock that guards ``requests``."""
+    requests.pop(jid, None)
+    requests[jid] = asked_at
+    while requests:  # oldest first
+        oldest, oldest_at = next(iter(requests.items()))
+        if oldest_at >= asked_at - RETENTION_SECONDS and len(requests) <= REMEMBERED_MAX:
+            break
+        del requests[oldest]
+
+
 def request(client: redis.Redis, jids: Iterable[str], *, at: float | None = None) -> int:
     """Record a cancel request for each of ``jids`` and tell every worker process; returns how
     many jids were sent."""

@@ -73,7 +73,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import SyncToAsync, async_to_sync
 
-from ..cancellation import REMEMBERED_MAX, RETENTION_SECONDS
+from .. import cancellation
 from ..clock import SYSTEM_CLOCK, Clock
 from ..component import Component
 from ..errors import JobCancelled, JobTimeout
@@ -298,14 +298,7 @@ class AsyncLane(Component):
         JobCancelled (True when it is running here), else the jid is remembered so the job ends
         with JobCancelled, unstarted, when it comes (False)."""
         with self._jobs_lock:
-            now = self.clock.monotonic()
-            self._cancel_requests.pop(jid, None)
-            self._cancel_requests[jid] = now
-            while self._cancel_requests:  # oldest first: forget what is past the retention or the cap
-                oldest, asked_at = next(iter(self._cancel_requests.items()))
-                if asked_at >= now - RETENTION_SECONDS and len(self._cancel_requests) <= REMEMBERED_MAX:
-                    break
-                del self._cancel_requests[oldest]
+            cancellation.remember(self._cancel_requests, jid, asked_at=self.clock.monotonic())
             task = self._job_tasks.get(jid)
             if task is None:
                 return False

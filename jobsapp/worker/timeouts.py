@@ -66,7 +66,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-from ..cancellation import REMEMBERED_MAX, RETENTION_SECONDS
+from .. import cancellation
 from ..clock import SYSTEM_CLOCK, Clock
 from ..component import Component
 from ..errors import JobCancelled, JobsError, JobTimeout
@@ -222,14 +222,7 @@ class Watchdog(Component):
         """Cancel the job ``jid``: JobCancelled raised in the thread whose guard runs it (True),
         else remembered so a guard entered for it raises JobCancelled before perform (False)."""
         with self._lock:
-            now = self.clock.monotonic()
-            self._cancel_requests.pop(jid, None)
-            self._cancel_requests[jid] = now
-            while self._cancel_requests:  # oldest first: forget what is past the retention or the cap
-                oldest, asked_at = next(iter(self._cancel_requests.items()))
-                if asked_at >= now - RETENTION_SECONDS and len(self._cancel_requests) <= REMEMBERED_MAX:
-                    break
-                del self._cancel_requests[oldest]
+            cancellation.remember(self._cancel_requests, jid, asked_at=self.clock.monotonic())
             for guard in self._guards.values():
                 if guard.jid == jid and guard.state is GuardState.RUNNING:
                     guard.state = GuardState.FIRED
