@@ -16,7 +16,10 @@ running set, under the one lock the manager and its dispatcher share):
   finish during one fetch round trip (moving averages of both). Long jobs make the look-ahead 0,
   so a process never holds a fetched job that none of its threads can start now and long jobs
   spread over every process and host with a free thread (Sidekiq's rule); short jobs make it a
-  full batch, so many jobs still come in one round trip. A fetch wakes one waiting thread; a
+  full batch, so many jobs still come in one round trip. Once the process has seen
+  prioritised jobs, the look-ahead holds at most ``PRIORITY_LOOKAHEAD_SECONDS`` of its threads'
+  work, so a prioritised push waits for a free thread, not for the jobs fetched ahead of it
+  (``jobsapp.priority``). A fetch wakes one waiting thread; a
   thread that takes a unit and leaves more wakes the next, so a thread that finishes its job
   meanwhile takes one without any wake-up.
 - ``PerThreadDispatcher`` (``Fetch.per_thread``: basic fetch, Sidekiq's): no fetcher and no
@@ -60,6 +63,14 @@ logger = logging.getLogger("jobsapp.manager")
 #: (bench.profile_drain, 2x10, one plain redis-py INCR per job: 18,700 against 13,300 jobs/s,
 #: medians of 4 alternating rounds).
 LOOKAHEAD_ROUND_TRIPS = 4
+
+#: Once the process has seen prioritised jobs (``jobsapp.priority``), the look-ahead holds at most
+#: this much of its threads' work (jobs of a second's average on 10 threads: none; of a
+#: millisecond: 50). A prioritised job pushed while the threads are busy waits behind the
+#: look-ahead the buffer holds: without this bound, round trips measured slow (a Redis busy
+#: with a bulk push, a GIL held by the jobs) made it several long jobs, and a job of priority
+#: 50 pushed behind 10,000 jobs of 50 ms started 227 ms later instead of within one run.
+PRIORITY_LOOKAHEAD_SECONDS = 0.005
 
 #: At stop, how long the idle processor threads of a per-thread fetch get to leave their fetch.
 IDLE_THREAD_JOIN_SECONDS = 0.5
@@ -108,19 +119,23 @@ class Occupancy:
         self.async_lately = async_lately
         self.job_seconds: float | None = None  # moving average of the processor threads' jobs
 
-    def fetch_target(self, fetch_seconds: float | None) -> int:
+    def fetch_target(self, fetch_seconds: float | None, *, prioritised: bool = False) -> int:
         """Under the lock: how many fetched, unstarted jobs this process may hold now: one per
         idle thread, plus the jobs its threads finish during ``LOOKAHEAD_ROUND_TRIPS`` fetch
-        round trips (``fetch_seconds``; 0 while jobs outlast them), at most a batch. While the
-        latest job taken was async, no more than the async lane's free slots either: a process
-        does not hold async jobs it cannot start (they spread over the processes with free
-        slots)."""
+        round trips (``fetch_seconds``; 0 while jobs outlast them), at most a batch; with
+        ``prioritised`` (the process has seen prioritised jobs), no more than the jobs they finish
+        in ``PRIORITY_LOOKAHEAD_SECONDS``. While the latest job taken was async, no more than the
+        async lane's free slots either: a process does not hold async jobs it cannot start (they
+        spread over the processes with free slots)."""
         idle = max(0, self.concurrency - (len(self.running) - self.async_running))
         if self.async_lately and self.async_lane is not None:  # any job a thread holds may be async: it needs a slot
             return min(self.capacity, idle, self.async_lane.concurrency - len(self.running))
         lookahead = 0
         if self.job_seconds is not None and fetch_seconds is not None:
-            lookahead = int(LOOKAHEAD_ROUND_TRIPS * self.concurrency * fetch_seconds / max(self.job_seconds, 1e-6))
+            ahead_seconds = LOOKAHEAD_ROUND_TRIPS * fetch_seconds
+            if prioritised:
+                ahead_seconds = min(ahead_seconds, PRIORITY_LOOKAHEAD_SECONDS)
+            lookahead = int(ahead_seconds * self.concurrency / max(self.job_seconds, 1e-6))
         return min(self.capacity, idle + lookahead)
 
 
@@ -202,7 +217,7 @@ class BufferedDispatcher:
             self._fetcher.join(max(0.0, min(deadline - time.monotonic(), self.block_seconds + 1)))
 
     def _target(self) -> int:
-        return self.occupancy.fetch_target(self._fetch_seconds)
+        return self.occupancy.fetch_target(self._fetch_seconds, prioritised=self.fetch.prioritised_seen)
 
     def _below_low_water(self, target: int) -> bool:
         """Under the lock: whether the fetcher should fetch now (the buffer is down to half its

@@ -136,6 +136,8 @@ class Fetch(Protocol):
     reliable: bool
     per_thread: bool
     inflight_key: str
+    #: whether a fetch of this process saw prioritised jobs in Redis (``jobsapp.priority``)
+    prioritised_seen: bool
 
     def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]: ...
 
@@ -381,8 +383,9 @@ class ReliableFetch(_Interruptible):
         self._blocking_id = None
         self._interrupted = threading.Event()
         self._waiters = QueueWaiters(self.inflight_key, client=client, make_blocking_client=make_blocking_client)
-        # set once a fetch saw prioritised jobs: idle waits then watch the queues' wake lists too
-        self._wake = False
+        # set once a fetch saw prioritised jobs: idle waits then watch the queues' wake lists too,
+        # and the manager's buffer keeps its look-ahead short (dispatch.Occupancy.fetch_target)
+        self.prioritised_seen = False
 
     def interrupt(self) -> None:
         super().interrupt()
@@ -395,7 +398,7 @@ class ReliableFetch(_Interruptible):
             return pending
         order = self.queues.order(self.rng)
         fetched = scripts.fetch(self.client, inflight_key=self.inflight_key, queue_names=order, count=count)
-        self._wake = self._wake or fetched.prioritised
+        self.prioritised_seen = self.prioritised_seen or fetched.prioritised
         if fetched.jobs:
             return [UnitOfWork(raw, queue) for raw, queue in fetched.jobs]
         if block_seconds <= 0:
@@ -404,13 +407,13 @@ class ReliableFetch(_Interruptible):
         if not ready:  # every queue is paused: idle briefly instead of spinning on Redis
             self._idle(min(block_seconds, PAUSED_IDLE_SECONDS))
             return []
-        if len(ready) == 1 and not self._wake:
+        if len(ready) == 1 and not self.prioritised_seen:
             self._remember_blocking_connection()
             raw = self.blocking_client.blmove(keys.queue(ready[0]), self.inflight_key, block_seconds, "RIGHT", "LEFT")  # type: ignore[arg-type]  # seconds may be fractional
             return [UnitOfWork(as_bytes(raw), ready[0])] if raw is not None else []
         # BLMOVE waits on one list: with several queues, one waiter per queue blocks at once,
         # so a push to any of them wakes the fetcher within a millisecond.
-        return self._waiters.wait(ready, block_seconds, wake=self._wake)
+        return self._waiters.wait(ready, block_seconds, wake=self.prioritised_seen)
 
     def collect_pending(self) -> list[UnitOfWork]:
         """Jobs the queue waiters moved in flight but did not hand over yet."""
@@ -450,6 +453,7 @@ class BasicFetch:
     name = "basic"
     reliable = False
     per_thread = True
+    prioritised_seen = False  # BRPOP reads the lists only
     inflight_key = ""
 
     def __init__(

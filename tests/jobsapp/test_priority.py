@@ -285,3 +285,20 @@ def test_an_idle_worker_that_has_seen_priorities_is_woken_by_a_prioritised_push(
         # And a plain push still wakes it
         Record.perform_async("plain")
         wait_until(lambda: ran(redis) == ["first", "second", "plain"], timeout_seconds=15)
+
+
+def test_a_process_that_has_seen_priorities_keeps_its_look_ahead_short():
+    from jobsapp.worker.dispatch import Occupancy
+
+    # Given a process whose 2 threads both run jobs of 50 ms, whose fetches were measured slow (20 ms)
+    occupancy = Occupancy(concurrency=2, capacity=100, async_lane=None, async_lately=False)
+    occupancy.running = {1: None, 2: None}  # type: ignore[dict-item]
+    occupancy.job_seconds = 0.05
+    # When it serves plain jobs only, Then it looks ahead by four round trips of its threads' work
+    assert occupancy.fetch_target(0.02) == 3
+    # When it has seen prioritised jobs, Then it holds no job none of its threads can start: a
+    # prioritised push waits for one running job at most, not for the look-ahead as well
+    assert occupancy.fetch_target(0.02, prioritised=True) == 0
+    # And jobs of a millisecond on 10 idle threads still come many to a fetch
+    occupancy.concurrency, occupancy.running, occupancy.job_seconds = 10, {}, 0.001
+    assert occupancy.fetch_target(0.02, prioritised=True) == 10 + 50
