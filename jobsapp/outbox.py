@@ -49,17 +49,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 
 from . import client, faults, keys, shards
 from .conf import jobs_settings
 from .connection import REDIS_ERRORS, get_redis
 from .errors import PayloadTooLarge, RedisUnavailable, ReplicationTimeout
 from .payload import compact_json
+
+if TYPE_CHECKING:  # the ORM itself is a fifth of the operators' command's start-up, which needs none of it
+    from django.db import models
 
 logger = logging.getLogger("jobsapp.outbox")
 

@@ -12,9 +12,10 @@ No thread, no Redis, no registration: it returns Django check messages and regis
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.core import checks
+if TYPE_CHECKING:
+    from django.core import checks
 
 __all__ = ["expected_type", "settings_problems"]
 
@@ -53,6 +54,10 @@ def settings_problems(
     """Unknown keys, wrong types and ranges of one settings dict, judged against its defaults;
     ``ids`` names the check id of each (keys "unknown", "type", "range"). Shared with
     ``tracking.checks`` (public as ``jobsapp.settings_problems``)."""
+    # Imported here, where checks run: Django's checks package imports every check module (mail,
+    # templates, caches), start-up that ``python -m jobsapp``'s read subcommands never use.
+    from django.core import checks
+
     if user is None:
         return []
     if not isinstance(user, Mapping):

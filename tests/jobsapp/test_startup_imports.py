@@ -85,3 +85,19 @@ def test_a_name_the_operators_api_does_not_have_is_an_attribute_error():
 
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         api.Nope
+
+
+def test_a_read_subcommand_of_python_m_jobsapp_does_not_import_the_orm(redis_server: RedisServer):
+    # Given a script calling `python -m jobsapp stats` on the settings alone
+    # When the subcommand has answered
+    code = """
+import contextlib, io, runpy, sys
+sys.argv = ["jobsapp", "stats", "--json"]
+output = io.StringIO()
+with contextlib.redirect_stdout(output):
+    runpy.run_module("jobsapp", run_name="__main__")
+from django.apps import apps
+print('"processed"' in output.getvalue(), "django.db.models" in sys.modules, apps.ready)
+"""
+    # Then it answered without Django's ORM (a fifth of its start-up) or the app registry
+    assert run_python(code, REDIS_URL=redis_server.url) == "True False False"
