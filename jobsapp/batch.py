@@ -41,7 +41,9 @@ jobs. A job whose ack reached Redis was therefore counted; a process that dies f
 job in flight, and its re-run counts it (once, by jid). A failure is counted at once, as before:
 its filing (retry, dead) takes the job out of flight itself. The callbacks fire in the call that
 counts the last job, as before, a few milliseconds later (the acker's next round). The callback
-queues of a batch are read once per process (``_callback_queues``): they never change.
+queues of a batch are read once per process (``_callback_queues``): they never change. A callback
+class declared with a priority (``sidekiq_options(priority=N)``, ``jobsapp.priority``) is pushed
+with it, to its queue's priority ZSET: the priority is stored in the batch's hash with its queue.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import keys, registry, scripts
+from . import keys, priority, registry, scripts
 from .connection import CONNECTION_ERRORS, as_text, get_redis, unavailable
 from .errors import JobsError
 from .payload import new_jid, now
@@ -87,15 +89,18 @@ def current() -> str | None:
     return _current.get()
 
 
-def _callback(job_class: type[JobClass] | None, what: str) -> tuple[str, str]:
-    """(wire name, queue) of a callback class: its own queue, else ``JOBSAPP["DEFAULT_QUEUE"]`` as
-    of the ``Batch(...)`` call (stored in the batch's hash, which ``batch_update.lua`` pushes to)."""
+def _callback(job_class: type[JobClass] | None, what: str) -> tuple[str, str, str]:
+    """(wire name, queue, priority) of a callback class: its own queue, else
+    ``JOBSAPP["DEFAULT_QUEUE"]`` as of the ``Batch(...)`` call, and its declared priority
+    (``sidekiq_options(priority=N)``; '' for none), stored in the batch's hash, which
+    ``batch_update.lua`` pushes from."""
     if job_class is None:
-        return "", ""
+        return "", "", ""
     if not registry.is_registered_class(job_class):
         raise TypeError(f"{what} must be a Job class, not {job_class!r}")
     template = job_template(job_class)
-    return template.wire_name, template.queue
+    level = priority.of_item(template.options)
+    return template.wire_name, template.queue, "" if level is None else str(level)
 
 
 class Batch:
@@ -122,8 +127,10 @@ class Batch:
                     "created_at": repr(now()),
                     "on_complete": self.on_complete[0],
                     "on_complete_queue": self.on_complete[1],
+                    "on_complete_priority": self.on_complete[2],
                     "on_success": self.on_success[0],
                     "on_success_queue": self.on_success[1],
+                    "on_success_priority": self.on_success[2],
                 }
             )
         pipe = connection.pipeline(transaction=True)
@@ -212,20 +219,37 @@ def withdraw(client: redis.Redis, bid: str) -> None:
     _update(client, bid, "withdrawn", "")
 
 
-#: bid -> (on_complete queue, on_success queue), read once per process (they never change).
-_queues_of: dict[str, tuple[str, str]] = {}
+#: bid -> its callbacks' (on_complete queue, priority, on_success queue, priority), read once
+#: per process (they never change).
+_queues_of: dict[str, tuple[str, int | None, str, int | None]] = {}
 #: The most batches whose callback queues a process remembers (then it forgets them all).
 QUEUES_REMEMBERED = 10_000
 
 
-def _callback_queues(client: redis.Redis, bid: str) -> tuple[str, str]:
-    """A batch's callback queues ('' when none), from its hash; remembered once the hash is seen
-    (a batch's hash is written before any of its jobs is pushed)."""
+def _level(value: bytes | str | None) -> int | None:
+    """A callback's priority as stored in the batch's hash: None for none (or one another client
+    garbled: the callback is then pushed as a plain job)."""
+    try:
+        return priority.of_item({priority.PRIORITY_KEY: int(value)}) if value else None
+    except ValueError:  # not a number: a plain callback
+        return None
+
+
+def _callback_queues(client: redis.Redis, bid: str) -> tuple[str, int | None, str, int | None]:
+    """A batch's callback queues ('' when none) and priorities (None when none), from its hash;
+    remembered once the hash is seen (a batch's hash is written before any of its jobs is pushed)."""
     known = _queues_of.get(bid)
     if known is not None:
         return known
-    complete, success, created = client.hmget(keys.batch(bid), ["on_complete_queue", "on_success_queue", "created_at"])
-    queues = (as_text(complete) if complete else "", as_text(success) if success else "")
+    complete, complete_priority, success, success_priority, created = client.hmget(
+        keys.batch(bid), ["on_complete_queue", "on_complete_priority", "on_success_queue", "on_success_priority", "created_at"]
+    )
+    queues = (
+        as_text(complete) if complete else "",
+        _level(complete_priority),
+        as_text(success) if success else "",
+        _level(success_priority),
+    )
     if created is not None:
         if len(_queues_of) >= QUEUES_REMEMBERED:
             _queues_of.clear()
@@ -234,14 +258,16 @@ def _callback_queues(client: redis.Redis, bid: str) -> tuple[str, str]:
 
 
 def _update(client: redis.Redis, bid: str, event: str, jid: str, *, more_jids: Sequence[str] = ()) -> scripts.BatchUpdate:
-    complete_queue, success_queue = _callback_queues(client, bid)
+    complete_queue, complete_level, success_queue, success_level = _callback_queues(client, bid)
     return scripts.batch_update(
         client,
         bid=bid,
         event=event,
         jid=jid,
         complete_queue=complete_queue,
+        complete_level=complete_level,
         success_queue=success_queue,
+        success_level=success_level,
         complete_jid=new_jid(),
         success_jid=new_jid(),
         ttl_seconds=BATCH_TTL_SECONDS,

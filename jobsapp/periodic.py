@@ -27,7 +27,8 @@ in sidekiq-cron's Web UI. Jobs pushed by a tick carry ``"periodic": "<name>"``; 
 calls ``record_outcome`` when such a job ends, for the dashboard's "last outcome".
 
 The push is written by the claim script itself, as the scheduler's moves are: client middleware
-does not see periodic pushes. If Redis is unreachable the thread logs and backs off; a tick
+does not see periodic pushes. A job class declared with a priority (``sidekiq_options(priority=N)``,
+``jobsapp.priority``) is pushed with it, to the queue's priority ZSET. If Redis is unreachable the thread logs and backs off; a tick
 that passes meanwhile runs once when Redis is back (if it is still the latest).
 
 A pushed job hears its end through the door's table (``jobsapp.ending``'s ``periodic`` row:
@@ -47,7 +48,7 @@ from typing import Any
 import redis
 from django.core.exceptions import ImproperlyConfigured
 
-from . import expiry, keys, registry, scripts
+from . import expiry, keys, priority, registry, scripts
 from .clock import SYSTEM_CLOCK, Clock
 from .component import PollingComponent
 from .conf import jobs_settings
@@ -140,7 +141,11 @@ class Definition:
         template = registry.job_template(self.job_class)
         item: dict[str, Any] = {"class": template.wire_name, "args": list(self.args)}
         item.update(template.options)
-        item.pop(PRIORITY_KEY, None)  # the claim pushes to the queue's list: a periodic job runs as a plain job
+        level = priority.of_item(item)  # the class's priority: the claim pushes to the queue's priority ZSET
+        if level is None:
+            item.pop(PRIORITY_KEY, None)  # 0 or none: a plain job, Sidekiq's layout
+        else:
+            item[PRIORITY_KEY] = level
         item["queue"] = self.queue
         item["jid"] = jid
         item["created_at"] = None  # set by the caller
@@ -333,6 +338,7 @@ def claim(client: redis.Redis, definition: Definition, tick: int, *, created_at:
         client,
         name=definition.name,
         queue=item["queue"],  # resolved now (Definition.queue), the same as in the payload
+        level=priority.of_item(item),
         tick=tick,
         tick_before=definition.tick_before(tick),
         tick_iso=moment.strftime("%Y-%m-%dT%H:%M:%SZ"),

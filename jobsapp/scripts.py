@@ -247,6 +247,7 @@ def periodic_claim(
     *,
     name: str,
     queue: str,
+    level: int | None,
     tick: int,
     tick_before: int,
     tick_iso: str,
@@ -258,11 +259,18 @@ def periodic_claim(
     jid_history_size: int,
 ) -> PeriodicClaim:
     """``periodic_claim.lua``: claim ``tick`` of periodic job ``name`` and push ``data`` to
-    ``queue`` for exactly one caller."""
+    ``queue`` (at priority ``level``; None: to its list) for exactly one caller."""
     pushed, outcome, ignored = script("periodic_claim")(
         client,
-        [keys.cron_job(name), keys.cron_job_enqueued(name), keys.cron_job_jid_history(name), keys.QUEUES, keys.queue(queue)],
-        [tick, tick_iso, data, queue, jid, missed, tick_before, jid_history_size, tick_ruby, missed_after_seconds],
+        [
+            keys.cron_job(name),
+            keys.cron_job_enqueued(name),
+            keys.cron_job_jid_history(name),
+            keys.QUEUES,
+            _target(queue, level),
+            *_priority_keys(queue, level),
+        ],
+        [tick, tick_iso, data, queue, jid, missed, tick_before, jid_history_size, tick_ruby, missed_after_seconds, _rank(level)],
     )
     return PeriodicClaim(bool(int(pushed)), _text(outcome), _text(ignored))
 
@@ -291,23 +299,46 @@ def batch_update(
     success_jid: str,
     ttl_seconds: int,
     linger_seconds: int,
+    complete_level: int | None = None,
+    success_level: int | None = None,
     more_jids: Sequence[str] = (),
 ) -> BatchUpdate:
     """``batch_update.lua``: count ``event`` for batch ``bid`` (of ``jid``, and of ``more_jids``
     with the same outcome) and push its callbacks (to ``complete_queue`` / ``success_queue``, ''
-    when none) once; the keys live ``ttl_seconds`` after the update, ``linger_seconds`` once the
-    batch is complete without failures."""
+    when none; at priority ``complete_level`` / ``success_level``, None for none) once; the keys
+    live ``ttl_seconds`` after the update, ``linger_seconds`` once the batch is complete without
+    failures."""
+    complete_wake = keys.priority_wake(complete_queue) if complete_queue and complete_level is not None else keys.absent()
+    success_wake = keys.priority_wake(success_queue) if success_queue and success_level is not None else keys.absent()
+    prioritised = complete_level is not None or success_level is not None
     pending, fired = script("batch_update")(
         client,
         [
             keys.batch(bid),
             keys.batch_failed(bid),
             keys.QUEUES,
-            keys.queue(complete_queue) if complete_queue else keys.absent(),
-            keys.queue(success_queue) if success_queue else keys.absent(),
+            _target(complete_queue, complete_level) if complete_queue else keys.absent(),
+            _target(success_queue, success_level) if success_queue else keys.absent(),
             keys.batch_succeeded(bid),
+            keys.PRIORITISED if prioritised else keys.absent(),
+            keys.PRIORITY_SEQUENCE if prioritised else keys.absent(),
+            complete_wake,
+            success_wake,
         ],
-        [event, jid, bid, complete_jid, success_jid, ttl_seconds, linger_seconds, *more_jids],
+        [
+            event,
+            jid,
+            bid,
+            complete_jid,
+            success_jid,
+            ttl_seconds,
+            linger_seconds,
+            _rank(complete_level),
+            "" if complete_level is None else complete_level,
+            _rank(success_level),
+            "" if success_level is None else success_level,
+            *more_jids,
+        ],
     )
     return BatchUpdate(int(pending), frozenset(name for name in _text(fired).split(",") if name))
 
@@ -420,6 +451,15 @@ def _rank(level: int | None) -> str | int:
     return "" if level is None else priority.rank_base(level)
 
 
+def _priority_keys(queue: str, level: int | None) -> tuple[str, str, str]:
+    """The keys a script that pushes one job with ``_rank`` touches for a prioritised job: the
+    prioritised queues SET, the priority sequence and the queue's wake list (left out for a
+    plain job, which touches none of them)."""
+    if level is None:
+        return keys.absent(), keys.absent(), keys.absent()
+    return keys.PRIORITISED, keys.PRIORITY_SEQUENCE, keys.priority_wake(queue)
+
+
 def priority_push(pipe: redis.client.Pipeline, *, queue: str, level: int, data: bytes | str) -> None:
     """``priority_push.lua``, queued on ``pipe`` (its reply is 1, one job written): push a job
     with priority ``level`` (not 0) onto ``queue``'s priority ZSET, after every job of its priority."""
@@ -449,13 +489,24 @@ def requeue(client: redis.Redis, *, inflight_key: str, jobs: Sequence[tuple[byte
 
 
 def chord_part(
-    client: redis.Redis, *, chord_id: str, jid: str, value_json: str, header_size: int, ttl_seconds: int, callback_job: bytes, queue: str
+    client: redis.Redis,
+    *,
+    chord_id: str,
+    jid: str,
+    value_json: str,
+    header_size: int,
+    ttl_seconds: int,
+    callback_job: bytes,
+    queue: str,
+    level: int | None = None,
 ) -> tuple[bool, int, bool]:
     """``chord_part.lua``: record header task ``jid``'s value in chord ``chord_id`` and push
-    ``callback_job`` to ``queue`` when that completes the ``header_size`` parts, atomically;
-    (added, parts recorded, pushed)."""
+    ``callback_job`` to ``queue`` (at priority ``level``; None: to its list) when that completes
+    the ``header_size`` parts, atomically; (added, parts recorded, pushed)."""
     added, count, pushed = script("chord_part")(
-        client, [keys.chord(chord_id), keys.QUEUES, keys.queue(queue)], [jid, value_json, header_size, ttl_seconds, callback_job, queue]
+        client,
+        [keys.chord(chord_id), keys.QUEUES, _target(queue, level), *_priority_keys(queue, level)],
+        [jid, value_json, header_size, ttl_seconds, callback_job, queue, _rank(level)],
     )
     return bool(int(added)), int(count), bool(int(pushed))
 

@@ -6,7 +6,9 @@ On success (``succeeded``), from the task's payload:
 - the next step of its chain is pushed with the value and the rest of the chain;
 - a chord header task records its value with ``chord_part.lua``: the part that completes the set
   pushes ``celery.chord_unlock`` in the same script, so no crash or lost reply can separate the
-  "part done" marker from the callback's push. ``ChordUnlock`` (any worker) reads the values in
+  "part done" marker from the callback's push; the unlock has the callback's priority
+  (``body_priority``), so a prioritised callback does not wait behind its queue's backlog
+  twice. ``ChordUnlock`` (any worker) reads the values in
   header order from ``keys.chord`` and pushes the callback with them.
 
 A follow-up that cannot be pushed because of what it is (its arguments exceed
@@ -41,6 +43,7 @@ from ..connection import get_redis
 from ..errors import PayloadTooLarge, RedisUnavailable
 from ..job import Job, sidekiq_options
 from ..payload import Item, compact_json, encode, normalize_item, now
+from ..priority import PRIORITY_KEY, from_celery
 from . import lineage
 from .canvas import (
     CHAIN_KEY,
@@ -147,6 +150,9 @@ def chord_part_done(chord: dict[str, Any], jid: str, value: Any, *, queue: str) 
     completed = {**chord, "completed_by": jid, "root_id": lineage_now.get("root_id") or chord.get("root_id")}
     completed.pop("part", None)
     unlock = normalize_item({"class": CHORD_UNLOCK, "args": [completed], "queue": queue, "retry": ENGINE_RETRY_LIMIT}, timestamp=now())
+    level = body_priority(chord.get("body"))
+    if level is not None:  # the unlock runs at the callback's priority, which its own push keeps
+        unlock[PRIORITY_KEY] = level
     unlock["enqueued_at"] = unlock["created_at"]
     try:
         unlock_json = encode(unlock)
@@ -163,9 +169,31 @@ def chord_part_done(chord: dict[str, Any], jid: str, value: Any, *, queue: str) 
         ttl_seconds=RESULT_EXPIRES_SECONDS,
         callback_job=unlock_json,
         queue=queue,
+        level=level,
     )
     if faults.POINT:
         faults.reach("chord_part_recorded")
+
+
+def body_priority(body: object) -> int | None:
+    """The engine's priority (``jobsapp.priority``) of a chord's callback: its signature's
+    ``priority`` option, else its task's own ``priority``, on Celery's scale (0..9, lower first;
+    ``from_celery``); None for a plain job (Celery's 0, none, or a value that is not Celery's)."""
+    if not isinstance(body, dict):
+        return None
+    options = body.get("options")
+    value = options.get("priority") if isinstance(options, dict) else None
+    if value is None:
+        try:
+            value = getattr(lookup_task(str(body.get("task", ""))), "priority", None)
+        except NotRegistered:  # defined in another worker: its push (by name) carries the option only
+            value = None
+    if value is None:
+        return None
+    try:
+        return from_celery(value) or None
+    except ValueError:  # not Celery's scale: the unlock is a plain job, the callback's own push decides
+        return None
 
 
 @sidekiq_options(class_name=CHORD_UNLOCK, retry=25)

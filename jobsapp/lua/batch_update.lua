@@ -22,9 +22,14 @@
 -- KEYS[1] -> jobsapp:batch:<bid> HASH
 -- KEYS[2] -> jobsapp:batch:<bid>:failed SET
 -- KEYS[3] -> queues SET
--- KEYS[4] -> queue:<on_complete queue> LIST (left out when none)
--- KEYS[5] -> queue:<on_success queue> LIST (left out when none)
+-- KEYS[4] -> queue:<on_complete queue> LIST, or its priority ZSET for a callback with a priority
+--            (left out when none)
+-- KEYS[5] -> queue:<on_success queue> LIST, or its priority ZSET (left out when none)
 -- KEYS[6] -> jobsapp:batch:<bid>:succeeded SET
+-- KEYS[7] -> prioritised queues SET (jobsapp:prioritised; left out when no callback has a priority)
+-- KEYS[8] -> priority sequence STRING (left out when no callback has a priority)
+-- KEYS[9] -> the on_complete queue's wake LIST (jobsapp:pwake:<queue>; left out without a priority)
+-- KEYS[10] -> the on_success queue's wake LIST (left out without a priority)
 -- ARGV[1] -> "succeeded", "failed", "close" (a jobs() block ended) or "withdrawn" (a refused push)
 -- ARGV[2] -> the job's jid ('' for close)
 -- ARGV[3] -> the batch id
@@ -33,7 +38,11 @@
 -- ARGV[6] -> seconds the batch's keys live after this update, while it is incomplete or a job's
 --            last run failed
 -- ARGV[7] -> seconds the hash and the failed SET live once the batch is complete without failures
--- ARGV[8..] -> more jids with the same outcome as ARGV[2] ("succeeded" or "failed"): a worker's
+-- ARGV[8] -> the on_complete callback's rank base (priority.rank_base), '' for a plain job
+-- ARGV[9] -> its priority ('' for none), written in its payload
+-- ARGV[10] -> the on_success callback's rank base, '' for a plain job
+-- ARGV[11] -> its priority ('' for none)
+-- ARGV[12..] -> more jids with the same outcome as ARGV[2] ("succeeded" or "failed"): a worker's
 --            acker counts the successes of one ack batch in one call; the callbacks are pushed
 --            once they are all counted (the succeeded SET is kept until then, so each jid is
 --            still counted once)
@@ -77,7 +86,7 @@ end
 
 count(ARGV[2])
 if event == 'succeeded' or event == 'failed' then
-  for index = 8, #ARGV do
+  for index = 12, #ARGV do
     count(ARGV[index])
   end
 end
@@ -90,7 +99,7 @@ local pending = tonumber(redis.call('HGET', KEYS[1], 'pending'))
 local failures = redis.call('SCARD', KEYS[2])
 local fired = {}
 
-local function push(kind, queue_key, jid)
+local function push(kind, queue_key, jid, rank, level, wake_key)
   local class = redis.call('HGET', KEYS[1], 'on_' .. kind)
   if not class or class == '' or not given(queue_key) then return end
   if redis.call('HSETNX', KEYS[1], kind .. '_fired', '1') == 0 then return end
@@ -100,17 +109,26 @@ local function push(kind, queue_key, jid)
     succeeded = tonumber(redis.call('HGET', KEYS[1], 'succeeded') or '0'),
     failed = failures,
   }
-  local job = cjson.encode({class = class, args = {ARGV[3], counts}, queue = queue, jid = jid, retry = true,
-    created_at = now, enqueued_at = now})
-  redis.call('LPUSH', queue_key, job)
+  local item = {class = class, args = {ARGV[3], counts}, queue = queue, jid = jid, retry = true,
+    created_at = now, enqueued_at = now}
+  if rank == '' then
+    redis.call('LPUSH', queue_key, cjson.encode(item))
+  else
+    -- after every job of its priority; a token wakes an idle worker that has seen priorities
+    item.priority = tonumber(level)
+    redis.call('ZADD', queue_key, tonumber(rank) + redis.call('INCR', KEYS[8]), cjson.encode(item))
+    redis.call('SADD', KEYS[7], queue)
+    redis.call('LPUSH', wake_key, '1')
+    redis.call('LTRIM', wake_key, 0, 0)
+  end
   redis.call('SADD', KEYS[3], queue)
   table.insert(fired, kind)
 end
 
 if pending <= 0 then
-  push('complete', KEYS[4], ARGV[4])
+  push('complete', KEYS[4], ARGV[4], ARGV[8], ARGV[9], KEYS[9])
   if failures == 0 then
-    push('success', KEYS[5], ARGV[5])
+    push('success', KEYS[5], ARGV[5], ARGV[10], ARGV[11], KEYS[10])
   end
   if not completed then
     redis.call('HSET', KEYS[1], 'completed_at', tostring(now))

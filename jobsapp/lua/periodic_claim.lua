@@ -10,7 +10,11 @@
 -- KEYS[2] -> cron_job:<name>:enqueued ZSET
 -- KEYS[3] -> cron_job:<name>:jid_history LIST
 -- KEYS[4] -> queues SET
--- KEYS[5] -> queue:<queue> LIST
+-- KEYS[5] -> queue:<queue> LIST, or the queue's priority ZSET (jobsapp:pqueue:<queue>) for a job
+--            with a priority (ARGV[11])
+-- KEYS[6] -> prioritised queues SET (jobsapp:prioritised); left out for a plain job
+-- KEYS[7] -> priority sequence STRING; left out for a plain job
+-- KEYS[8] -> the queue's wake LIST (jobsapp:pwake:<queue>); left out for a plain job
 -- ARGV[1] -> the tick, epoch seconds (an integer)
 -- ARGV[2] -> the tick as ISO 8601 UTC ("2026-11-22T16:05:00Z"), sidekiq-cron's member
 -- ARGV[3] -> the job JSON without "enqueued_at" (compact, ends with "}")
@@ -21,6 +25,7 @@
 -- ARGV[8] -> jid history entries kept
 -- ARGV[9] -> the tick in sidekiq-cron's last_enqueue_time format ("2026-11-22 16:05:00 +0000")
 -- ARGV[10] -> seconds after its time past which a claimed tick counts as missed
+-- ARGV[11] -> the job's rank base (priority.rank_base), '' for a plain job
 -- returns -> {1 or 0, outcome, ignored}: outcome is "enqueued", "early" (tick not reached by the
 --            server clock), "disabled", "done" (claimed before), "skipped" (a missed tick
 --            skipped); ignored is the malformed jobsapp_last_tick the claim replaced ('' if none)
@@ -65,7 +70,15 @@ end
 
 local now_text = string.format('%d.%06d', tonumber(time[1]), tonumber(time[2]))
 local job = string.sub(ARGV[3], 1, -2) .. ',"enqueued_at":' .. now_text .. '}'
-redis.call('LPUSH', KEYS[5], job)
+if ARGV[11] == '' then
+  redis.call('LPUSH', KEYS[5], job)
+else
+  -- after every job of its priority; a token wakes an idle worker that has seen priorities
+  redis.call('ZADD', KEYS[5], tonumber(ARGV[11]) + redis.call('INCR', KEYS[7]), job)
+  redis.call('SADD', KEYS[6], ARGV[4])
+  redis.call('LPUSH', KEYS[8], '1')
+  redis.call('LTRIM', KEYS[8], 0, 0)
+end
 redis.call('SADD', KEYS[4], ARGV[4])
 redis.call('HSET', KEYS[1],
   'last_enqueue_time', ARGV[9],

@@ -84,21 +84,23 @@ def call_every_script(identity: str = "host:1:0123456789ab") -> None:
     scripts.limiter_park(None, name="l", member="{}", size=1, max_parked=1, ttl_seconds=1)  # type: ignore[arg-type]
     scripts.api_move_to_queue(None, set_key=keys.DEAD, member=b"{}", queue="default", data=b"{}")  # type: ignore[arg-type]
     scripts.api_kill(None, set_key=keys.RETRY, member=b"{}", now=1.0, oldest_kept=0.0, dead_max_jobs=1)  # type: ignore[arg-type]
-    scripts.periodic_claim(
-        None,  # type: ignore[arg-type]
-        name="p",
-        queue="default",
-        tick=1,
-        tick_before=0,
-        tick_iso="",
-        tick_ruby="",
-        data="{}",
-        jid="j",
-        missed="",
-        missed_after_seconds=1,
-        jid_history_size=1,
-    )
-    for complete, success in (("default", "other"), ("", "")):
+    for level in (None, 5):  # a plain job to the queue's list, a prioritised one to its priority ZSET
+        scripts.periodic_claim(
+            None,  # type: ignore[arg-type]
+            name="p",
+            queue="default",
+            level=level,
+            tick=1,
+            tick_before=0,
+            tick_iso="",
+            tick_ruby="",
+            data="{}",
+            jid="j",
+            missed="",
+            missed_after_seconds=1,
+            jid_history_size=1,
+        )
+    for complete, success, level in (("default", "other", None), ("", "", None), ("default", "other", 5)):
         scripts.batch_update(
             None,  # type: ignore[arg-type]
             bid="b",
@@ -110,6 +112,8 @@ def call_every_script(identity: str = "host:1:0123456789ab") -> None:
             success_jid="",
             ttl_seconds=1,
             linger_seconds=1,
+            complete_level=level,
+            success_level=level,
         )
     changes = [("j1", 1.0, "finish", {}), ("j2", 1.0, "start", {"a": "b"})]
     scripts.result_write(None, now=1.0, changes=changes, ttl_max_seconds=1, max_records=1)  # type: ignore[arg-type]
@@ -134,7 +138,18 @@ def call_every_script(identity: str = "host:1:0123456789ab") -> None:
     scripts.schedule_move(None, set_key=keys.RETRY, moves=[(b"{}", "default", prioritised), (b"{}", "other", b"{}")])  # type: ignore[arg-type]
     scripts.recover_requeue(None, inflight_key=inflight, raw=prioritised, queue="default", jid="j", marked=b"", blamed=True)  # type: ignore[arg-type]
     scripts.requeue(None, inflight_key="", jobs=[(b"{}", "default")])  # type: ignore[arg-type]
-    scripts.chord_part(None, chord_id="c", jid="j", value_json="1", header_size=2, ttl_seconds=1, callback_job=b"{}", queue="default")  # type: ignore[arg-type]
+    for level in (None, -30):
+        scripts.chord_part(
+            None,  # type: ignore[arg-type]
+            chord_id="c",
+            jid="j",
+            value_json="1",
+            header_size=2,
+            ttl_seconds=1,
+            callback_job=b"{}",
+            queue="default",
+            level=level,
+        )
 
 
 def slots(names: Sequence[str]) -> set[int]:

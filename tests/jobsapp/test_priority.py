@@ -260,14 +260,68 @@ def test_a_queues_size_counts_and_its_clear_drops_its_prioritised_jobs(redis):
     assert redis.exists("queue:default", "jobsapp:pqueue:default") == 0 and redis.scard("jobsapp:prioritised") == 0
 
 
-def test_a_periodic_job_of_a_prioritised_class_runs_as_a_plain_job():
-    from jobsapp import periodic
+def test_a_periodic_job_of_a_prioritised_class_runs_before_the_plain_jobs_waiting(redis, redis_server):
     from tests.testapp.jobs import Prioritised
 
-    # Given a periodic job of a class declared with priority=20
-    definition = periodic.build("prioritised-every-minute", {"class": Prioritised.wire_name(), "every": 60})
-    # When its job is built for a tick, Then it carries no priority: the claim pushes it to the list
-    assert "priority" not in definition.item("cd" * 12)
+    # Given a paused queue holding plain jobs, and a job every second of a class declared with priority=20
+    redis.sadd("jobsapp:paused", "default")
+    for index in range(5):
+        Record.perform_async(f"plain-{index}")
+    overrides = {"PERIODIC": {"urgent": {"class": Prioritised.wire_name(), "every": 1, "args": ["tick"]}}}
+    with WorkerProcess(["-c", "1"], redis_url=redis_server.url, env={"JOBSAPP_TEST_OVERRIDES": json.dumps(overrides)}):
+        # When the worker ticks it, Then the tick is pushed with its class's priority, to the priority ZSET
+        wait_until(lambda: redis.zcard("jobsapp:pqueue:default") >= 1, timeout_seconds=15)
+        pushed = json.loads(redis.zrange("jobsapp:pqueue:default", 0, 0)[0])
+        assert pushed["priority"] == 20 and pushed["periodic"] == "urgent"
+        assert redis.llen("queue:default") == 5
+        # And once the queue is resumed, the tick runs before the plain jobs pushed earlier
+        redis.srem("jobsapp:paused", "default")
+        wait_until(lambda: len(ran(redis)) >= 6, timeout_seconds=15)
+    assert ran(redis)[0] == "tick"
+    assert [value for value in ran(redis) if value != "tick"] == [f"plain-{index}" for index in range(5)]
+
+
+def test_a_batch_callback_of_a_prioritised_class_runs_before_the_plain_jobs_waiting(redis, redis_server):
+    from jobsapp.batch import Batch
+    from tests.testapp.jobs import BatchMember, PrioritisedBatchDone
+
+    # Given a batch of 3 jobs whose on_success class is declared with priority=30 on the queue
+    # "callbacks", which is paused and holds plain jobs
+    redis.sadd("jobsapp:paused", "callbacks")
+    for index in range(3):
+        Record.set(queue="callbacks").perform_async(f"plain-{index}")
+    batch = Batch(on_success=PrioritisedBatchDone)
+    with batch.jobs():
+        BatchMember.set(queue="members").perform_bulk([["a"], ["b"], ["c"]])
+    with WorkerProcess(["-c", "1", "-q", "members", "-q", "callbacks"], redis_url=redis_server.url):
+        # When a real worker runs the batch, Then its callback is pushed with its class's priority
+        wait_until(lambda: redis.zcard("jobsapp:pqueue:callbacks") == 1, timeout_seconds=15)
+        callback = json.loads(redis.zrange("jobsapp:pqueue:callbacks", 0, 0)[0])
+        assert callback["class"] == PrioritisedBatchDone.wire_name() and callback["priority"] == 30
+        assert callback["args"] == [batch.bid, {"total": 3, "succeeded": 3, "failed": 0}]
+        # And once its queue is resumed, it runs before the plain jobs pushed earlier
+        redis.srem("jobsapp:paused", "callbacks")
+        wait_until(lambda: len(ran(redis)) == 7, timeout_seconds=15)
+    assert ran(redis)[3:] == ["callback:3", "plain-0", "plain-1", "plain-2"]
+
+
+def test_a_chords_unlock_has_its_callbacks_priority(redis, redis_server):
+    from jobsapp.celery import chord
+    from tests.testapp.tasks import celery_collect, celery_pause_own_queue
+
+    # Given a chord whose header task pauses its queue as it ends, and whose callback has
+    # Celery's priority 5 (after the plain jobs: -50 on the engine's scale)
+    chorded = chord([celery_pause_own_queue.s(7)], celery_collect.s().set(priority=5)).apply_async()
+    with WorkerProcess(["-c", "1", "-q", "chords", "-q", "default"], redis_url=redis_server.url):
+        # When a real worker runs the header, Then the unlock waits in the queue's priority ZSET
+        # at the callback's priority
+        wait_until(lambda: redis.zcard("jobsapp:pqueue:chords") == 1, timeout_seconds=15)
+        unlock = json.loads(redis.zrange("jobsapp:pqueue:chords", 0, 0)[0])
+        assert unlock["class"] == "celery.chord_unlock" and unlock["priority"] == -50
+        assert redis.llen("queue:chords") == 0
+        # And once the queue is resumed, the callback runs with the header's values
+        redis.srem("jobsapp:paused", "chords")
+        assert chorded.get(timeout=15) == {"values": [7], "extra": []}
 
 
 @pytest.mark.parametrize("queues", [["default"], ["default", "other"]])

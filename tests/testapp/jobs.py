@@ -270,6 +270,14 @@ class BatchSuccess(Job):
         get_redis().rpush("test:batch_callbacks", json.dumps(["success", bid, counts], sort_keys=True))
 
 
+@sidekiq_options(queue="callbacks", priority=30)
+class PrioritisedBatchDone(Job):
+    """A batch callback declared with a priority: records its run (test:ran)."""
+
+    def perform(self, bid, counts):
+        get_redis().rpush(RAN_KEY, f"callback:{counts['succeeded']}")
+
+
 # --- timeouts (tests/jobsapp/test_timeouts.py) --------------------------------------------
 
 

@@ -122,6 +122,15 @@ def celery_fails_once_no_retry(message):
     raise KeyError(message)
 
 
+@shared_task(queue="chords")
+def celery_pause_own_queue(value):
+    """A chord header task that pauses its queue as it ends: what the chord pushes next waits there."""
+    from jobsapp.connection import get_redis
+
+    get_redis().sadd("jobsapp:paused", "chords")
+    return value
+
+
 # --- async functions and tasks (tests/jobsapp/test_async.py) ------------------------------
 
 import asyncio  # noqa: E402
