@@ -19,8 +19,10 @@ is chosen (frozen) when it is applied, and each task's job carries what follows 
 - ``link`` callbacks each get the task's value; ``link_error`` errbacks run when it fails for
   good, as Celery 5 calls them (``jobsapp.celery.follow_up``).
 
-Not supported, refused with ``NotImplementedError`` when applied: a chord whose header holds
-groups or chords (each header part must be a task or a chain of tasks).
+A chord's header part may be a task, a chain or a chord (its value is its final task's, which
+carries the chord); a group in a header is unrolled, each of its tasks a part. Not supported,
+refused with ``NotImplementedError`` when applied: a header part that does not end in one task (a
+chain ending in a group, a chord whose callback is a group, ``chunks``).
 """
 
 from __future__ import annotations
@@ -419,7 +421,7 @@ def _result_for(step: dict[str, Any], parent: ResultBase | None) -> ResultBase:
         members: list[Any] = [_result_for(each, None) for each in step["kwargs"]["tasks"]]
         return GroupResult(options["group_id"], members, parent=parent)
     if kind == "chord":
-        header_results: list[Any] = [_result_for(each, None) for each in step["kwargs"]["header"]]
+        header_results: list[Any] = [_result_for(each, None) for each in header_parts(step["kwargs"]["header"])]
         header = GroupResult(options["group_id"], header_results, parent=parent)
         return _result_for(step["kwargs"]["body"], header)
     if kind == "chunks":
@@ -612,18 +614,66 @@ def _chord_dict(header: list[dict[str, Any]], body: dict[str, Any], options: dic
     }
 
 
-def _check_header(header: list[dict[str, Any]]) -> None:
-    """Each part of a chord's header is a task or a chain of tasks; anything else is refused."""
+def final_task(step: dict[str, Any]) -> dict[str, Any] | None:
+    """The one task whose value is the step's (in place): a chain's last, a chord's callback's;
+    None for a group (it has no single last task)."""
+    kind = step.get("subtask_type")
+    if kind == "chain":
+        return final_task(step["kwargs"]["tasks"][-1]) if step["kwargs"]["tasks"] else None
+    if kind == "chord":
+        body = step["kwargs"]["body"]
+        return final_task(body) if body else None
+    if kind in ("group", "chunks"):
+        return None
+    return step
+
+
+def _name_final(step: dict[str, Any], task_id: str) -> None:
+    """Give ``task_id`` to the task whose value is the step's (in place); a group's id when it ends in a group."""
+    final = final_task(step)
+    if final is not None:
+        final.setdefault("options", {})["task_id"] = task_id
+        return
+    while step.get("subtask_type") in ("chain", "chord"):
+        step = step["kwargs"]["tasks"][-1] if step.get("subtask_type") == "chain" else step["kwargs"]["body"]
+    if step.get("subtask_type") == "group":
+        step.setdefault("options", {})["group_id"] = task_id
+
+
+def tasks_of(step: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every task signature dict inside a step (in place: changing them changes the step)."""
+    kind = step.get("subtask_type")
+    if kind in ("chain", "group"):
+        return [task for each in step["kwargs"]["tasks"] for task in tasks_of(each)]
+    if kind == "chord":
+        body = step["kwargs"]["body"]
+        return [task for each in step["kwargs"]["header"] for task in tasks_of(each)] + (tasks_of(body) if body else [])
+    return [step]
+
+
+def header_parts(header: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A chord's header with its groups unrolled: each task of a group in it is a part of its own."""
+    parts: list[dict[str, Any]] = []
     for each in header:
-        kind = each.get("subtask_type")
-        parts = each["kwargs"]["tasks"] if kind == "chain" else [each]
-        if (kind and kind != "chain") or any(part.get("subtask_type") for part in parts) or not parts:
+        if each.get("subtask_type") == "group":
+            parts.extend(header_parts(list(each["kwargs"]["tasks"])))
+        else:
+            parts.append(each)
+    return parts
+
+
+def _check_header(header: list[dict[str, Any]]) -> None:
+    """Each part of a chord's header ends in one task (a task, a chain, a chord); anything else is refused."""
+    for each in header_parts(header):
+        if final_task(each) is None:
             raise NotImplementedError(
-                "a chord's header must be tasks or chains of tasks: groups and chords inside a chord's header are not supported"
+                "a chord's header part must end in one task (a task, a chain or a chord whose callback ends in one task): "
+                "a chain ending in a group, a chord whose callback is a group, and chunks are not supported there"
             )
 
 
 def _apply_chord(header: list[dict[str, Any]], body: dict[str, Any], prepend: list[Any], *, chord_id: str | None = None) -> None:
+    header = header_parts(header)
     _check_header(header)
     _freeze_all(body)
     if not header:
@@ -631,8 +681,8 @@ def _apply_chord(header: list[dict[str, Any]], body: dict[str, Any], prepend: li
         return
     for each in header:
         _freeze_all(each)
-    # a chain's part is its last task's value: that task carries the chord (CHORD_OPTION)
-    last_tasks = [each["kwargs"]["tasks"][-1] if each.get("subtask_type") == "chain" else each for each in header]
+    # a part's value is its final task's (a chain's last, a chord's callback's): that task carries the chord (CHORD_OPTION)
+    last_tasks = [final_task(each) or each for each in header]
     chord_info = {"id": chord_id or new_id(), "header": [str(each["options"]["task_id"]) for each in last_tasks], "body": body}
     for each, last in zip(header, last_tasks, strict=True):
         if each is last:
@@ -658,8 +708,23 @@ def _unroll(step: Signature[Any]) -> Signature[Any]:
     return step
 
 
+def _is_empty(step: dict[str, Any]) -> bool:
+    return step.get("subtask_type") in ("chain", "group") and not step["kwargs"]["tasks"]
+
+
+def _without_empty_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A chain's steps without its empty groups and chains (Celery skips them when the chain is
+    applied); a chain of nothing else keeps its last one."""
+    kept = [each for each in steps if not _is_empty(each)]
+    return kept or steps[-1:]
+
+
 class chain(Signature[Any]):
     """Tasks run one after another, each given the previous one's value first."""
+
+    #: ``chain(group, task)`` is ``chord(group, task)`` from the start (Celery's ``chain`` builds
+    #: itself with ``|``); ``_chain`` keeps the steps as given, and the upgrade is made when applied.
+    _upgrades = True
 
     def __init__(self, *tasks: Any, **options: Any) -> None:
         steps: list[Signature[Any]] = []
@@ -668,7 +733,7 @@ class chain(Signature[Any]):
             if each.subtask_type == "chain":
                 for inner in each["kwargs"]["tasks"]:
                     steps.append(from_dict(dict(inner)))
-            elif steps and steps[-1].subtask_type == "group" and each.subtask_type != "group":
+            elif self._upgrades and steps and steps[-1].subtask_type == "group" and each.subtask_type != "group":
                 steps[-1] = chord(steps[-1], each)  # group | task -> chord, as Celery upgrades it
             else:
                 steps.append(each)
@@ -708,9 +773,8 @@ class chain(Signature[Any]):
 
     @property
     def id(self) -> str | None:
-        """The chain's id: its last task's (None until frozen)."""
-        steps = self["kwargs"]["tasks"]
-        return from_dict(dict(steps[-1])).id if steps else None
+        """The chain's id: None until it is frozen, then its last step's (as Celery's)."""
+        return self.options.get("task_id")
 
     def freeze(self, _id: str | None = None, group_id: str | None = None, **options: Any) -> AsyncResult[Any]:
         """Give every task its id now (``_id`` goes to the last task, the chain's id, as Celery's)."""
@@ -721,12 +785,14 @@ class chain(Signature[Any]):
             steps[-1] = dict(last)
             self["kwargs"] = {**self["kwargs"], "tasks": steps}
         _freeze_all(self)
-        return _result_for(self, None)  # type: ignore[return-value]
+        result = _result_for(self, None)
+        self.setdefault("options", {})["task_id"] = result.id  # type: ignore[attr-defined]
+        return result  # type: ignore[return-value]
 
     def apply_async(
         self, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None, route_name: str | None = None, **options: Any
     ) -> AsyncResult[Any]:
-        steps = copy.deepcopy(list(self["kwargs"]["tasks"]))  # ids are chosen per application, unless frozen
+        steps = _without_empty_steps(copy.deepcopy(list(self["kwargs"]["tasks"])))  # ids are chosen per application, unless frozen
         if not steps:
             raise ValueError("an empty chain has nothing to run")
         for callback in _list_option(options.pop("link", None)):  # linked to the last task, as chain.link
@@ -907,8 +973,11 @@ class chord(Signature[Any]):
         return errback
 
     def freeze(self, _id: str | None = None, group_id: str | None = None, **options: Any) -> AsyncResult[Any]:
+        """Give every task its id now (``_id`` goes to the callback's final task: the chord's id, as Celery's)."""
         if self.body is None:
             raise ValueError("a chord needs a callback to be frozen")
+        if _id is not None:
+            _name_final(self, _id)
         _freeze_all(self)
         return _result_for(self, None)  # type: ignore[return-value]
 
@@ -924,6 +993,8 @@ class chord(Signature[Any]):
         if callback is None:
             raise ValueError("a chord needs a callback: chord(header, callback) or chord(header)(callback)")
         frozen = _chord_dict(copy.deepcopy(list(self["kwargs"]["header"])), copy.deepcopy(dict(callback)), self.options)
+        if options.get("task_id"):
+            _name_final(frozen, str(options["task_id"]))
         if always_eager():
             return apply_eagerly(frozen, list(args or ()))
         _check_header(frozen["kwargs"]["header"])
@@ -1013,8 +1084,11 @@ __all__ = [
 ]
 
 
-#: Celery's class behind ``chain`` (``celery.canvas._chain``).
-_chain = chain
+class _chain(chain):
+    """Celery's class behind ``chain``: its steps stay as given (a group followed by a task
+    becomes a chord when the chain is applied, not when it is built)."""
+
+    _upgrades = False
 
 
 class StampingVisitor:

@@ -60,6 +60,7 @@ from .canvas import (
     push_by_name,
     push_step,
     result_ids,
+    tasks_of,
 )
 from .exception_fields import CHORD_DEPENDENCY_FIELD, EXCEPTION_FIELD, exception_fields
 from .exceptions import ChordError, Retry
@@ -228,9 +229,7 @@ def failed(task_id: str, item: Item, exception: BaseException, *, request: Any =
     for step in chain if isinstance(chain, list) else []:
         if isinstance(step, dict):
             record_failed(step, fields, reason="dependency_failed")
-            chord_of_step = (step.get("options") or {}).get(CHORD_OPTION)
-            if isinstance(chord_of_step, dict):  # the chain was a chord's header part
-                _fail_chord(chord_of_step, task_id, fields)
+            _fail_chords_waiting_on(step, task_id, fields)  # the chain was (or ends in) a chord's header part
     chord = item.get(CHORD_KEY)
     if isinstance(chord, dict):
         _fail_chord(chord, task_id, fields)
@@ -252,10 +251,32 @@ def _fail_chord(chord: dict[str, Any], task_id: str, fields: dict[str, str]) -> 
     # (Celery's Redis backend, its integration suite) both catch it
     chord_fields = {**error_fields(error), CHORD_DEPENDENCY_FIELD: fields.get(EXCEPTION_FIELD, "")}
     record_failed(body, chord_fields, reason="dependency_failed")
-    body_ids = result_ids(body)
-    body_errbacks = (body.get("options") or {}).get("link_error")
-    if body_ids and isinstance(body_errbacks, list):
-        call_errbacks(body_errbacks, body_ids[-1], error, request=None, traceback_text=None)
+    for task in _called_first(body):  # as Celery, whose callback is the first task of a chain body
+        errbacks = (task.get("options") or {}).get("link_error")
+        if isinstance(errbacks, list) and errbacks:
+            call_errbacks(errbacks, str((task.get("options") or {}).get("task_id") or ""), error, request=None, traceback_text=None)
+    _fail_chords_waiting_on(body, task_id, fields)  # the callback was a header part of an outer chord
+
+
+def _fail_chords_waiting_on(step: dict[str, Any], task_id: str, fields: dict[str, str]) -> None:
+    """Fail the chords a step that will never run was a header part of (its final task carries the chord)."""
+    for task in tasks_of(step):
+        waiting = (task.get("options") or {}).get(CHORD_OPTION)
+        if isinstance(waiting, dict):
+            _fail_chord(waiting, task_id, fields)
+
+
+def _called_first(step: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tasks a step starts with: a chain's first step's, each task of a group, a chord's callback's."""
+    kind = step.get("subtask_type")
+    if kind == "chain":
+        return _called_first(step["kwargs"]["tasks"][0]) if step["kwargs"]["tasks"] else []
+    if kind == "group":
+        return [task for each in step["kwargs"]["tasks"] for task in _called_first(each)]
+    if kind == "chord":
+        body = step["kwargs"]["body"]
+        return _called_first(body) if body else []
+    return [step]
 
 
 class _FakeRequest:
@@ -311,7 +332,10 @@ def call_errbacks(
             task = None
         if task is not None and _takes_request(task, errback):
             try:
-                task.function(request or _FakeRequest(task_id), exception, traceback_text, *errback.args, **errback.kwargs)
+                if errback.immutable:  # called here with its own arguments only, as Celery calls an immutable signature
+                    task.function(*errback.args, **errback.kwargs)
+                else:
+                    task.function(request or _FakeRequest(task_id), exception, traceback_text, *errback.args, **errback.kwargs)
             except Exception:  # the errback failed: logged; the task stays failed
                 logger.exception("jobsapp.celery: errback %s of task %s raised", errback.task, task_id)
             continue

@@ -33,39 +33,17 @@ from .canvas import (
     _result_for,
     chain,
     chord,
+    final_task,
     from_dict,
     push_step,
     signature,
+    tasks_of,
 )
 from .exceptions import Ignore, ImproperlyConfigured
 from .result import REPLACED_FIELD
 
 #: Celery's task that gathers a group's values (builtin_tasks.py defines it).
 ACCUMULATE = "celery.accumulate"
-
-
-def _tasks_of(step: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every task signature dict inside a step (in place: changing them changes the step)."""
-    kind = step.get("subtask_type")
-    if kind in ("chain", "group"):
-        return [task for each in step["kwargs"]["tasks"] for task in _tasks_of(each)]
-    if kind == "chord":
-        body = step["kwargs"]["body"]
-        return [task for each in step["kwargs"]["header"] for task in _tasks_of(each)] + (_tasks_of(body) if body else [])
-    return [step]
-
-
-def _final_task(step: dict[str, Any]) -> dict[str, Any] | None:
-    """The one task whose value is the step's (None for a group: it has no single last task)."""
-    kind = step.get("subtask_type")
-    if kind == "chain":
-        return _final_task(step["kwargs"]["tasks"][-1]) if step["kwargs"]["tasks"] else None
-    if kind == "chord":
-        body = step["kwargs"]["body"]
-        return _final_task(body) if body else None
-    if kind == "group":
-        return None
-    return step
 
 
 def replace(task: Any, request: Any, sig: Any) -> Any:
@@ -80,16 +58,20 @@ def replace(task: Any, request: Any, sig: Any) -> Any:
     replacement = copy.deepcopy(replacement)
     if replacement.subtask_type == "group":  # a group gets a last task: its values, gathered
         replacement = chord(replacement, Signature(ACCUMULATE, (), {"index": 0}))
+    elif replacement.subtask_type == "chain" and replacement["kwargs"]["tasks"][-1].get("subtask_type") == "group":
+        steps = list(replacement["kwargs"]["tasks"])  # so does a chain's last group
+        steps[-1] = dict(chord(from_dict(steps[-1]), Signature(ACCUMULATE, (), {"index": 0})))
+        replacement["kwargs"] = {**replacement["kwargs"], "tasks": steps}
     for callback in item.get(LINK_KEY) or []:
         replacement.link(from_dict(dict(callback)))
     for errback in item.get(ERRBACK_KEY) or []:
         replacement.link_error(from_dict(dict(errback)))
     step = copy.deepcopy(dict(replacement))
     nesting = int(request.replaced_task_nesting or 0) + 1
-    for each in _tasks_of(step):
+    for each in tasks_of(step):
         each.setdefault("options", {})["replaced_task_nesting"] = nesting
     _freeze_all(step)
-    final = _final_task(step)
+    final = final_task(step)
     final_id = _result_for(step, None).id  # type: ignore[attr-defined]
     chord_of_task = item.get(CHORD_KEY)
     if isinstance(chord_of_task, dict):

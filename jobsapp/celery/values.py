@@ -53,7 +53,8 @@ def _jsonable(value: Any) -> Any:
     """Celery's JSON serializer's view (kombu's): tuples become lists; ``datetime``, ``date``,
     ``time``, ``UUID``, ``Decimal`` and (UTF-8) ``bytes`` become kombu's ``{"__type__",
     "__value__"}`` objects (``decoded`` turns them back); a pydantic model becomes its
-    ``model_dump``. Anything else is checked at push (JSON-native values only)."""
+    ``model_dump``; a result handle (``AsyncResult``, ``GroupResult``) its ``as_tuple()``.
+    Anything else is checked at push (JSON-native values only)."""
     if isinstance(value, tuple | list):
         return [_jsonable(element) for element in value]
     if isinstance(value, dict):
@@ -63,6 +64,10 @@ def _jsonable(value: Any) -> Any:
     encoded = _encoded(value)
     if encoded is not None:
         return encoded
+    from .result import ResultBase  # here: result.py imports this module
+
+    if isinstance(value, ResultBase):  # a result handle travels as its as_tuple(), as Celery's backends store it
+        return _jsonable(value.as_tuple())  # type: ignore[attr-defined]
     dump = getattr(value, "model_dump", None)
     if callable(dump) and "pydantic" in sys.modules and isinstance(value, sys.modules["pydantic"].BaseModel):
         return dump(mode="json")

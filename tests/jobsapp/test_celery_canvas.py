@@ -133,9 +133,16 @@ def test_a_chord_header_may_hold_chains():
     with pytest.raises(ChordError, match="something something") as raised:
         failing.get(timeout=TIMEOUT)
     assert isinstance(raised.value, ValueError) and isinstance(raised.value.__cause__, ValueError)
-    # And groups inside a header are refused when applied
+    # And a group inside a header gives each of its tasks' values as parts of their own
+    unrolled = chord([group(add.s(1, 1), add.s(2, 2)), add.s(5, 5)], tsum.s()).apply_async()
+    assert unrolled.get(timeout=TIMEOUT) == 16
+    assert unrolled.parent.get(timeout=TIMEOUT) == [2, 4, 10]
+    # And a chord inside a header gives its callback's value
+    nested = chord([chord([add.s(1, 1), add.s(2, 2)], tsum.s()), add.s(5, 5)], tsum.s()).apply_async()
+    assert nested.get(timeout=TIMEOUT) == 16
+    # And a header part without one last task (a chain ending in a group) is refused when applied
     with pytest.raises(NotImplementedError, match="header"):
-        chord([group(add.s(1, 1), add.s(2, 2)), add.s(5, 5)], tsum.s()).apply_async()
+        chord([chain(add.s(1, 1), group(add.s(1), add.s(2))), add.s(5, 5)], tsum.s()).apply_async()
 
 
 def test_a_group_may_hold_chains_chords_and_groups():
