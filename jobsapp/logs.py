@@ -44,8 +44,12 @@ written before a fork, at exit (``logging.shutdown``, which the ``-P`` children 
 any buffered stream. A project's own ``LOGGING`` can name it (``"class":
 "jobsapp.logs.BufferedStreamHandler"``, with ``TextFormatter`` or ``JsonFormatter``). When every
 handler a per-job record would reach is such a pair (filtered by ``JobContextFilter`` at most),
-``JobLines`` writes the formatters' very line without making a record at all. The text formatter
-caches the UTC second it prints (no ``strftime`` per line).
+``JobLines`` makes no record at all: the processor thread appends the line's fields (time, thread,
+class, jid, queue, elapsed) to each handler's queue, without a lock, and the flusher formats them
+into the formatter's very line, in order with the other lines. Which handlers a line reaches is
+looked up again every ``DIRECT_RECHECK_NANOSECONDS`` (0.1 s) and after each ``configure``, not per
+line: a handler or filter added to the loggers while a worker runs sees the per-job records
+within 0.1 s. The UTC second of a stamp is formatted once per second (no ``strftime`` per line).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ import sys
 import threading
 import time
 import weakref
+from collections import deque
 from typing import Any, TextIO
 
 LOGGER_NAME = "jobsapp"
@@ -184,7 +189,8 @@ _encode_json = json.JSONEncoder(default=str, separators=(",", ":")).encode
 
 class BufferedStreamHandler(logging.StreamHandler):
     """A ``StreamHandler`` that writes the per-job lines in batches (see the module's header):
-    formatted in the calling thread, written by ``jobsapp.log-flusher`` at most
+    kept in the calling thread as the job's fields (``JobLines``) or as a formatted line (a
+    record of another path), formatted and written by ``jobsapp.log-flusher`` at most
     ``flush_interval_seconds`` later, or when ``max_pending_lines`` wait. Every other line (a
     lifecycle line, a failure, a user's own) is written at once, after the lines waiting before
     it, as ``StreamHandler`` writes it. ``flush()`` writes what waits; a line is never dropped,
@@ -195,9 +201,12 @@ class BufferedStreamHandler(logging.StreamHandler):
 
     def __init__(self, stream: TextIO | None = None) -> None:
         super().__init__(stream)
-        self._pending: list[str] = []
+        #: What waits, in order: a formatted line, or a per-job line's fields (``JobLines``).
+        #: Appended without a lock (a deque's append and popleft are atomic), so ten processor
+        #: threads never queue for it.
+        self._pending: deque[str | _JobLine] = deque()
         self._armed = False  # the flusher will write this handler's lines
-        self._write_lock = threading.Lock()  # taken before self.lock: one batch written at a time, in order
+        self._write_lock = threading.Lock()  # one batch written at a time, in order
         _buffered_handlers.add(self)
 
     def handle(self, record: logging.LogRecord) -> logging.LogRecord | bool:  # type: ignore[override]  # 3.12's signature
@@ -221,31 +230,51 @@ class BufferedStreamHandler(logging.StreamHandler):
     def append_line(self, line: str, *, may_wait: bool) -> None:
         """Write a formatted line (without its terminator): at the next flush when it may wait
         (a per-job line), else at once with the lines waiting before it."""
-        with self.lock:  # type: ignore[union-attr]  # made by Handler.__init__
-            self._pending.append(line + self.terminator)
-            now = not may_wait or len(self._pending) >= self.max_pending_lines
-            arm = not now and not self._armed
-            if arm:
-                self._armed = True
-        if now:
+        self._pending.append(line)
+        if not may_wait or len(self._pending) >= self.max_pending_lines:
             self._write_reporting()
-        elif arm:
-            _flusher.arm(self)
+        elif not self._armed:
+            self._arm()
+
+    def append_job_line(self, job_line: _JobLine) -> None:
+        """Keep a per-job line's fields until the next flush, which formats and writes it."""
+        pending = self._pending
+        pending.append(job_line)
+        if not self._armed:
+            self._arm()
+        elif len(pending) >= self.max_pending_lines:
+            self._write_reporting()
+
+    def _arm(self) -> None:
+        # Set before the flusher is told, cleared by flush() before it takes the waiting lines:
+        # a line appended after that take sees the flag clear and arms the flusher again.
+        self._armed = True
+        _flusher.arm(self)
 
     def flush(self) -> None:
         """Write the waiting lines. A closed or broken stream raises, as ``StreamHandler.flush``
         does (``logging.shutdown`` ignores it); the lines are dropped, not kept to fail again."""
         with self._write_lock:
-            with self.lock:  # type: ignore[union-attr]
-                pending, self._pending = self._pending, []
-                self._armed = False
+            self._armed = False
+            pending = self._pending
+            waiting = [pending.popleft() for _ in range(len(pending))]
             stream = self.stream
             if stream is None:
                 return
-            if pending:
-                stream.write("".join(pending))
+            if waiting:
+                stream.write(self._text_of(waiting))
             if hasattr(stream, "flush"):
                 stream.flush()
+
+    def _text_of(self, waiting: list[str | _JobLine]) -> str:
+        """The waiting lines as the text to write: per-job lines formatted as this handler's
+        formatter formats their records (``JobLines`` chose this handler for that formatter)."""
+        terminator = self.terminator
+        if type(self.formatter) is JsonFormatter:
+            format_job_line = _json_job_line
+        else:
+            format_job_line = _TextLines().line
+        return "".join([(line if isinstance(line, str) else format_job_line(line)) + terminator for line in waiting])
 
     def _write_reporting(self) -> None:
         """``flush()`` from a line's emit or the flusher: a broken stream is reported as logging
@@ -316,33 +345,70 @@ def _after_fork_in_child() -> None:
     global _process_id
     _process_id = os.getpid()
     _flusher.after_fork_in_child()
+    _text_heads.clear()  # they name the parent's pid
     for handler in list(_buffered_handlers):
         handler._write_lock = threading.Lock()
-        handler._pending = []
+        handler._pending = deque()
         handler._armed = False
 
 
 os.register_at_fork(before=_flush_before_fork, after_in_child=_after_fork_in_child)
 
 
+#: A per-job line waiting in a ``BufferedStreamHandler``: (time in ns, thread name, logger name,
+#: job class, jid, queue, elapsed seconds: None for the start line).
+_JobLine = tuple[int, str, str, str, str, str, "float | None"]
+#: How long ``JobLines`` keeps its answer to "which handlers, and are they all ours" before it
+#: walks the loggers again (and at once after ``configure``).
+DIRECT_RECHECK_NANOSECONDS = 100_000_000
+
+
 class JobLines:
     """The per-job lines of a logger (``jobsapp.processor``): ``started`` and ``finished`` make
     the records ``logger.info(message, *args, extra=fields)`` would make, for less (see the
-    module's header). The caller asks ``logger.isEnabledFor(logging.INFO)`` first."""
+    module's header); when every handler the record would reach is a ``BufferedStreamHandler``
+    with this module's formatter, no record at all: the handlers keep the line's fields and
+    their flusher formats them. The caller asks ``logger.isEnabledFor(logging.INFO)`` first."""
 
     STARTED = "class=%s jid=%s queue=%s start"
     FINISHED = "class=%s jid=%s queue=%s elapsed_ms=%.1f done"
 
     def __init__(self, logger: logging.Logger) -> None:
         self.logger = logger
+        self._name = logger.name
         #: thread id -> (process id, thread name, the record fields that stay the same in that thread)
         self._per_thread: dict[int, tuple[int, str, dict[str, Any]]] = {}
+        #: ``_direct_handlers()``'s answer, taken again once ``_recheck_at`` (ns) has passed or
+        #: ``configure`` ran (``_generation``): a walk of the loggers per line cost more than the line.
+        self._direct: list[BufferedStreamHandler] | None = None
+        self._recheck_at = 0
+        self._generation = -1
 
     def started(self, class_name: str, jid: str, queue: str) -> None:
-        self._handle(self.STARTED, (class_name, jid, queue))
+        nanoseconds = time.time_ns()
+        direct = self._direct if nanoseconds < self._recheck_at and self._generation == _generation else self._recheck(nanoseconds)
+        if direct is None:
+            self._handle(self.STARTED, (class_name, jid, queue), nanoseconds)
+            return
+        line = (nanoseconds, threading.current_thread().name, self._name, class_name, jid, queue, None)
+        for handler in direct:
+            handler.append_job_line(line)
 
     def finished(self, class_name: str, jid: str, queue: str, elapsed_seconds: float) -> None:
-        self._handle(self.FINISHED, (class_name, jid, queue, round(elapsed_seconds * 1000, 1)))
+        nanoseconds = time.time_ns()
+        direct = self._direct if nanoseconds < self._recheck_at and self._generation == _generation else self._recheck(nanoseconds)
+        if direct is None:
+            self._handle(self.FINISHED, (class_name, jid, queue, round(elapsed_seconds * 1000, 1)), nanoseconds)
+            return
+        line = (nanoseconds, threading.current_thread().name, self._name, class_name, jid, queue, elapsed_seconds)
+        for handler in direct:
+            handler.append_job_line(line)
+
+    def _recheck(self, nanoseconds: int) -> list[BufferedStreamHandler] | None:
+        self._generation = _generation
+        self._recheck_at = nanoseconds + DIRECT_RECHECK_NANOSECONDS
+        self._direct = self._direct_handlers()
+        return self._direct
 
     @staticmethod
     def _fields(args: tuple[Any, ...]) -> dict[str, Any]:
@@ -352,12 +418,8 @@ class JobLines:
             fields["elapsed_ms"] = args[3]
         return fields
 
-    def _handle(self, message: str, args: tuple[Any, ...]) -> None:
-        nanoseconds = time.time_ns()
-        direct = self._direct_handlers()
-        if direct is not None:  # only this module's handlers and formatters: the line, without a record
-            self._write_direct(direct, nanoseconds, message % args, args)
-            return
+    def _handle(self, message: str, args: tuple[Any, ...], nanoseconds: int) -> None:
+        """The record ``logger.info`` would make, handed to ``Logger.handle``."""
         caller = sys._getframe(2)  # the caller of started() or finished()
         record = _new_record()
         values = record.__dict__
@@ -391,29 +453,11 @@ class JobLines:
                     continue
                 if type(handler) is not BufferedStreamHandler or type(handler.formatter) not in _DIRECT_FORMATTERS:
                     return None
-                for each in handler.filters:  # a loop, not any(): this runs twice per job
-                    if type(each) is not JobContextFilter:
-                        return None
+                if any(type(each) is not JobContextFilter for each in handler.filters):
+                    return None
                 found.append(handler)
             logger = logger.parent if logger.propagate else None
         return found if found else None  # none: logging's last resort decides, as for any record
-
-    def _write_direct(self, handlers: list[BufferedStreamHandler], nanoseconds: int, message: str, args: tuple[Any, ...]) -> None:
-        """The lines ``TextFormatter`` and ``JsonFormatter`` would make of this record."""
-        stamp = utc_stamp(nanoseconds // 1_000_000_000, (nanoseconds % 1_000_000_000) // 1_000_000)
-        thread = threading.current_thread().name
-        name = self.logger.name
-        text = json_text = None
-        for handler in handlers:
-            if type(handler.formatter) is JsonFormatter:
-                if json_text is None:
-                    document = {"time": stamp, "pid": _process_id, "thread": thread, "level": "INFO", "logger": name, "message": message}
-                    json_text = _encode_json({**document, **self._fields(args)})
-                handler.append_line(json_text, may_wait=True)
-            else:
-                if text is None:
-                    text = f"{stamp} pid={_process_id} tid={thread} INFO {name}: {message}"
-                handler.append_line(text, may_wait=True)
 
     def _thread_fields(self) -> dict[str, Any]:
         ident = threading.get_ident()
@@ -445,6 +489,50 @@ class JobLines:
         return known[2]
 
 
+class _TextLines:
+    """Formats a batch's per-job lines as ``TextFormatter`` formats their records (a job line
+    has a jid, so ``JobContextFilter``'s context is empty): the stamp made once per millisecond,
+    the head (pid, thread, level, logger) once per thread and logger in this process."""
+
+    __slots__ = ("_millisecond", "_stamp")
+
+    def __init__(self) -> None:
+        self._millisecond = -1
+        self._stamp = ""
+
+    def line(self, job_line: _JobLine) -> str:
+        nanoseconds, thread, logger_name, class_name, jid, queue, elapsed_seconds = job_line
+        millisecond = nanoseconds // 1_000_000
+        if millisecond != self._millisecond:
+            self._millisecond = millisecond
+            self._stamp = utc_stamp(millisecond // 1000, millisecond % 1000)
+        head = _text_heads.get((thread, logger_name))
+        if head is None:
+            head = _text_heads[(thread, logger_name)] = f" pid={_process_id} tid={thread} INFO {logger_name}: "
+        if elapsed_seconds is None:  # JobLines.STARTED
+            return f"{self._stamp}{head}class={class_name} jid={jid} queue={queue} start"
+        # JobLines.FINISHED ("%.1f" of the rounded milliseconds is "%.1f" of the milliseconds)
+        return f"{self._stamp}{head}class={class_name} jid={jid} queue={queue} elapsed_ms={elapsed_seconds * 1000:.1f} done"
+
+
+#: (thread name, logger name) -> the text between a per-job line's stamp and its message.
+_text_heads: dict[tuple[str, str], str] = {}
+
+
+def _json_job_line(job_line: _JobLine) -> str:
+    """The line ``JsonFormatter`` makes of a per-job line's record (its fields in the same order)."""
+    nanoseconds, thread, logger_name, class_name, jid, queue, elapsed_seconds = job_line
+    stamp = utc_stamp(nanoseconds // 1_000_000_000, (nanoseconds % 1_000_000_000) // 1_000_000)
+    if elapsed_seconds is None:
+        message = f"class={class_name} jid={jid} queue={queue} start"
+        document = {"time": stamp, "pid": _process_id, "thread": thread, "level": "INFO", "logger": logger_name, "message": message}
+        return _encode_json({**document, "job_class": class_name, "jid": jid, "queue": queue})
+    elapsed_ms = round(elapsed_seconds * 1000, 1)
+    message = f"class={class_name} jid={jid} queue={queue} elapsed_ms={elapsed_ms:.1f} done"
+    document = {"time": stamp, "pid": _process_id, "thread": thread, "level": "INFO", "logger": logger_name, "message": message}
+    return _encode_json({**document, "job_class": class_name, "jid": jid, "queue": queue, "elapsed_ms": elapsed_ms})
+
+
 _DIRECT_FORMATTERS = (TextFormatter, JsonFormatter)
 #: The messages of the per-job lines: a BufferedStreamHandler lets these wait for its flusher.
 JOB_LINE_MESSAGES = frozenset({JobLines.STARTED, JobLines.FINISHED})
@@ -467,17 +555,20 @@ def _file_and_module(pathname: str) -> tuple[str, str]:
 
 #: The handler ``configure`` installed (so a second call replaces it instead of doubling lines).
 _installed: BufferedStreamHandler | None = None
+#: Moved by each ``configure``: ``JobLines`` then looks at the handlers again at its next line.
+_generation = 0
 
 
 def configure(*, verbosity: int = 1, log_format: str = "text", stream: TextIO | None = None) -> logging.Handler | None:
     """Set up logging for a worker; returns the handler installed, if any. In a project without
     logging configuration the handler goes on the root logger, so users' loggers print through
     it too: ``jobsapp`` at the ``-v`` level, the root at INFO (WARNING at ``-v 0``)."""
-    global _installed
+    global _installed, _generation
     if log_format not in FORMATS:
         raise ValueError(f"log format {log_format!r}: use one of {', '.join(FORMATS)}")
     logger = logging.getLogger(LOGGER_NAME)
     root = logging.getLogger()
+    _generation += 1
     if _installed is not None:
         _installed._write_reporting()  # its waiting lines, before it goes
         root.removeHandler(_installed)

@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import signal
+import threading
 import time
 
 import pytest
@@ -25,6 +26,7 @@ from tests.manual_clock import ManualClock
 from tests.testapp.jobs import Explode, Record, Sleep
 from tests.workers import WorkerProcess, wait_until
 
+LINE_OF_ANY_LOGGER = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pid=\d+ tid=\S+ INFO [\w.]+: class=\S+ jid=\S+ queue=\S+ .+$")
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pid=\d+ tid=\S+ (DEBUG|INFO|WARNING|ERROR) jobsapp\.\S+: .+$")
 
 
@@ -258,6 +260,75 @@ def test_per_job_lines_wait_for_the_flusher_and_any_other_line_is_written_at_onc
     finally:
         logger.removeHandler(handler)
         logger.propagate = True
+
+
+def test_job_lines_from_ten_threads_are_all_written_once_each_thread_in_order():
+    # Given a buffered handler on a logger of its own, flushed by size as well as by time
+    stream = io.StringIO()
+    handler = logs.BufferedStreamHandler(stream)
+    handler.setFormatter(logs.TextFormatter())
+    handler.max_pending_lines = 50
+    logger = logging.getLogger("tests.buffered.threads")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    lines = logs.JobLines(logger)
+
+    def run_jobs(thread: int) -> None:
+        for job in range(500):
+            lines.started("app.jobs.X", f"{thread}-{job}", "default")
+            lines.finished("app.jobs.X", f"{thread}-{job}", "default", 0.001)
+
+    try:
+        # When ten threads log their jobs' lines at once, with the flusher writing meanwhile
+        threads = [threading.Thread(target=run_jobs, args=(number,), name=f"tests.jobs-{number}") for number in range(10)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        handler.flush()
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+    # Then every line is written once, whole, and each thread's lines keep their order
+    written = stream.getvalue().splitlines()
+    assert len(written) == 10 * 500 * 2 and all(LINE_OF_ANY_LOGGER.match(line) for line in written)
+    for number in range(10):
+        mine = [line.split("jid=")[1].split(" queue=default ") for line in written if f"tid=tests.jobs-{number} " in line]
+        assert mine == [[f"{number}-{job}", word] for job in range(500) for word in ("start", "elapsed_ms=1.0 done")]
+
+
+def test_a_handler_added_while_job_lines_skip_records_soon_gets_records():
+    # Given job lines written without records (the logger's only handler is a buffered one)
+    stream = io.StringIO()
+    handler = logs.BufferedStreamHandler(stream)
+    handler.setFormatter(logs.TextFormatter())
+    logger = logging.getLogger("tests.buffered.added")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    lines = logs.JobLines(logger)
+    records: list[logging.LogRecord] = []
+    capture = logging.Handler()
+    capture.emit = records.append  # type: ignore[method-assign]
+    try:
+        lines.started("app.jobs.X", "0123456789abcdef01234567", "default")
+        # When a handler of another kind joins while jobs keep running
+        logger.addHandler(capture)
+        wait_until(
+            lambda: lines.started("app.jobs.X", "0123456789abcdef01234568", "default") or records,
+            timeout_seconds=5,
+            message="the added handler got a record",
+        )
+        handler.flush()
+    finally:
+        logger.removeHandler(handler)
+        logger.removeHandler(capture)
+        logger.propagate = True
+    # Then it gets the job lines' records, and the buffered handler writes the same lines as before
+    assert records[0].getMessage() == "class=app.jobs.X jid=0123456789abcdef01234568 queue=default start"
+    assert records[0].jid == "0123456789abcdef01234568"
+    assert stream.getvalue().count(" start\n") >= 2
 
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
