@@ -65,6 +65,7 @@ AT_LEAST_ONE = frozenset(
         "POISON_RECOVERY_LIMIT",
         "MAX_PAYLOAD_BYTES",
         "ERROR_MESSAGE_MAX_CHARS",
+        "CLUSTER_PARTITIONS",
     }
 )
 #: Checked by their own, older ids (kept stable).

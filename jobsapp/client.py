@@ -32,7 +32,9 @@ jids were returned to no one, so the exception says how many were written).
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -153,7 +155,54 @@ def _is_plain(entry: _Prepared, shard: str) -> bool:
     )
 
 
+def _spreads(entry: _Prepared) -> bool:
+    """Whether ``entry`` may go to any partition of a cluster: an immediate push whose features
+    write nothing else (a unique lock, a batch count, a result record and a priority are written
+    in one script or transaction with the push, and live on partition 0)."""
+    return entry.at is None and entry.unique_lock is None and entry.batch is None and entry.record is None and entry.priority is None
+
+
+#: The partition the next spread push of this process goes to (modulo the partition count).
+_spread_turn = itertools.count(random.randrange(1 << 16))
+
+
+def _partitioned(prepared: list[_Prepared]) -> list[tuple[int, list[_Prepared]]]:
+    """``prepared`` cut into ``(partition, jobs)`` writes: everything on partition 0 outside a
+    partitioned cluster; else the jobs that spread in equal runs, one per partition from this
+    process's next turn on (a single push takes the next partition), the others on partition 0."""
+    count = keys.partition_count()
+    if count == 1:
+        return [(0, prepared)]
+    spread = [entry for entry in prepared if _spreads(entry)]
+    home = [entry for entry in prepared if not _spreads(entry)] if len(spread) < len(prepared) else []
+    writes: list[tuple[int, list[_Prepared]]] = [(0, home)] if home else []
+    runs = min(count, len(spread))
+    for run in range(runs):
+        part = spread[run * len(spread) // runs : (run + 1) * len(spread) // runs]
+        writes.append((next(_spread_turn) % count, part))
+    return writes
+
+
 def _write(connection: redis.Redis, prepared: list[_Prepared], *, shard: str = shards.DEFAULT) -> set[str]:
+    """Write the jobs, one round trip per partition written (one outside a partitioned cluster:
+    ``_partitioned``); the jids of unique jobs refused because their lock is held."""
+    writes = _partitioned(prepared)
+    if len(writes) == 1 and writes[0][0] == 0:
+        return _write_partition(connection, prepared, shard=shard)
+    refused: set[str] = set()
+    written = 0
+    for index, entries in writes:
+        with keys.using_partition(index):
+            try:
+                refused |= _write_partition(connection, entries, shard=shard)
+            except _WriteRefused as failure:
+                failure.written += written
+                raise
+        written += len(entries)
+    return refused
+
+
+def _write_partition(connection: redis.Redis, prepared: list[_Prepared], *, shard: str = shards.DEFAULT) -> set[str]:
     """Write the jobs in one round trip; the jids of unique jobs refused because their lock is held.
 
     One plain job goes through ``_write_plain`` (no pipeline object). Any other list is queued on

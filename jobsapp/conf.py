@@ -31,6 +31,10 @@ DEFAULTS: dict[str, Any] = {
     # Redis Cluster: REDIS_URL names any node (a managed service's configuration endpoint) and
     # every key carries a hash tag (docs/operations/cluster.md). Ruby Sidekiq cannot share it.
     "REDIS_CLUSTER": False,
+    # On a cluster, how many partitions (each under its own hash tag, on its own master when the
+    # cluster has this many) each queue's jobs are spread over: the number of masters is best.
+    # Every producer and worker of the cluster must use the same number.
+    "CLUSTER_PARTITIONS": 1,
     "ENQUEUE_REPLICAS": 0,
     "ENQUEUE_REPLICAS_TIMEOUT_SECONDS": 1.0,
     # More Redis servers: {"name": {"REDIS_URL": ..., "QUEUES": [...], "CLASSES": [...]}}; the

@@ -476,25 +476,37 @@ def reset() -> None:
     _modes.clear()
 
 
-#: shard name -> (the settings objects it was read from, whether it is a cluster)
-_modes: dict[str, tuple[tuple[object, ...], bool]] = {}
+#: shard name -> (the settings objects it was read from, whether it is a cluster, its partitions)
+_modes: dict[str, tuple[tuple[object, ...], bool, int]] = {}
+
+
+def _mode(shard: str | None) -> tuple[tuple[object, ...], bool, int]:
+    name = shard or shards.current()
+    seen = _settings_seen()
+    cached = _modes.get(name)
+    if cached is not None and _same_settings(cached[0], seen):
+        return cached
+    cluster = bool(shards.setting(name, "REDIS_CLUSTER"))
+    count = shards.setting(name, "CLUSTER_PARTITIONS") if cluster else 1
+    count = count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else 1  # else check jobsapp.E006 says so
+    entry = _modes[name] = (seen, cluster, count)
+    return entry
 
 
 def cluster_mode(shard: str | None = None) -> bool:
     """Whether ``shard`` (default: ``shards.current()``) is a Redis Cluster: its keys then carry
     hash tags. Cached like the clients, so a key name costs a dictionary lookup or two."""
-    name = shard or shards.current()
-    seen = _settings_seen()
-    cached = _modes.get(name)
-    if cached is not None and _same_settings(cached[0], seen):
-        return cached[1]
-    value = bool(shards.setting(name, "REDIS_CLUSTER"))
-    _modes[name] = (seen, value)
-    return value
+    return _mode(shard)[1]
+
+
+def partition_count(shard: str | None = None) -> int:
+    """How many partitions ``shard``'s queues are spread over (``CLUSTER_PARTITIONS`` on a
+    cluster, else 1)."""
+    return _mode(shard)[2]
 
 
 def _partition_count() -> int:
-    return 1
+    return _mode(None)[2]
 
 
 keys.use_cluster_mode_source(cluster_mode, _partition_count)

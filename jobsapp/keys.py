@@ -11,9 +11,11 @@ On a Redis Cluster (``JOBSAPP["REDIS_CLUSTER"]``) every name gets a hash tag in 
 cluster name of a key is ``{<tag>}:`` + its name above (``{jobsapp:0}:queue:default``). A script
 only ever touches keys of one tag, so each script's keys share one slot and no command is
 cross-slot. The tag is the partition's (``using_partition``; partition 0 outside one), and each
-partition's tag is chosen so its slot lies in the partition's share of the 16384 slots
-(``partition_tag``), where an evenly created cluster puts a different master. Outside cluster mode
-there is no prefix: the names are the standalone ones, byte for byte.
+partition's tag is chosen so its slot lies in a share of the 16384 slots of its own
+(``partition_tag``), where an evenly created cluster puts a different master. Partition 0, the
+home of everything that is not a queue's list or a process's in-flight list, keeps its tag
+whatever the number of partitions. Outside cluster mode there is no prefix: the names are the
+standalone ones, byte for byte.
 
 Whether the current context talks to a cluster is the connection layer's knowledge (the shard's
 settings): it installs the answer with ``use_cluster_mode_source``, so this module reads no
@@ -36,6 +38,10 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 #: The hash tags of the partitions are "jobsapp:<index>", or "jobsapp:<index>.<n>" with the
 #: smallest n that puts the tag's slot into the partition's share of the slots.
 TAG_BASE = "jobsapp"
+
+#: Partition 0's tag, the same for any number of partitions: the home of the engine's shared state.
+HOME_TAG = f"{TAG_BASE}:0"
+_HOME_PREFIX = f"{{{HOME_TAG}}}:"
 
 
 def _standalone() -> bool:
@@ -66,13 +72,20 @@ def cluster_mode() -> bool:
 
 @cache
 def partition_tag(index: int, count: int) -> str:
-    """The hash tag (without braces) of partition ``index`` of ``count``: its CRC16 slot lies in
-    the index-th of ``count`` equal shares of the slots, which is the share of the index-th master
-    of a cluster created with ``count`` equal masters."""
+    """The hash tag (without braces) of partition ``index`` of ``count``.
+
+    Partition 0 is always ``jobsapp:0`` (so changing the number of partitions moves none of the
+    state kept there). Cut the slots into ``count`` equal shares, as a cluster created with
+    ``count`` equal masters is cut: partition 0 lies in share ``h`` (the one of ``jobsapp:0``'s
+    slot), and partition ``i`` in share ``(h + i) % count``, each in a share of its own."""
     if not 0 <= index < count:
         raise ValueError(f"partition {index} of {count} does not exist")
-    low = index * REDIS_CLUSTER_HASH_SLOTS // count
-    high = (index + 1) * REDIS_CLUSTER_HASH_SLOTS // count
+    if index == 0:
+        return HOME_TAG
+    home_share = key_slot(HOME_TAG.encode("ascii")) * count // REDIS_CLUSTER_HASH_SLOTS
+    share = (home_share + index) % count
+    low = share * REDIS_CLUSTER_HASH_SLOTS // count
+    high = (share + 1) * REDIS_CLUSTER_HASH_SLOTS // count
     candidate = f"{TAG_BASE}:{index}"
     suffix = 0
     while not low <= key_slot(candidate.encode("ascii")) < high:
@@ -106,7 +119,21 @@ def prefix() -> str:
     partition's hash tag in braces and a colon."""
     if not _cluster_mode():
         return ""
-    return f"{{{partition_tag(_partition.get(), _partition_count())}}}:"
+    index = _partition.get()
+    return _HOME_PREFIX if index == 0 else f"{{{partition_tag(index, _partition_count())}}}:"
+
+
+def partitions() -> range:
+    """The partitions of the current context: ``range(partition_count())``."""
+    return range(partition_count())
+
+
+def in_partition(key: str, index: int) -> str:
+    """``key`` (a name of any partition, or ``""``) as the same name in partition ``index``:
+    a process's in-flight list there, say. Outside cluster mode, ``key`` itself."""
+    if not key or not _cluster_mode():
+        return key
+    return f"{{{partition_tag(index, _partition_count())}}}:{strip_prefix(key)}"
 
 
 def absent() -> str:

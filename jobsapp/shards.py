@@ -45,7 +45,7 @@ DEFAULT = "default"
 #: Keys that say where a shard's Redis is; a shard entry needs one of the first three, and does
 #: not inherit them from the top level (a shard silently pointing at the default server would
 #: be two names for one Redis).
-WHERE_KEYS = ("REDIS_URL", "REDIS_CACHE_ALIAS", "SENTINELS", "SENTINEL_SERVICE", "SENTINEL_OPTIONS", "REDIS_CLUSTER")
+WHERE_KEYS = ("REDIS_URL", "REDIS_CACHE_ALIAS", "SENTINELS", "SENTINEL_SERVICE", "SENTINEL_OPTIONS", "REDIS_CLUSTER", "CLUSTER_PARTITIONS")
 #: Keys a shard entry may set; when it omits one, the top-level value applies.
 INHERITED_KEYS = ("REDIS_SOCKET_TIMEOUT_SECONDS", "ENQUEUE_REPLICAS", "ENQUEUE_REPLICAS_TIMEOUT_SECONDS")
 #: Routing: which queues and job classes (wire names) live on the shard.

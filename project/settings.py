@@ -93,6 +93,8 @@ JOBSAPP = {
     "REDIS_URL": REDIS_URL,
     # $REDIS_CLUSTER=1: REDIS_URL names a node of a Redis Cluster (docs/operations/cluster.md)
     "REDIS_CLUSTER": os.environ.get("REDIS_CLUSTER", "") in ("1", "true", "yes"),
+    # $REDIS_CLUSTER_PARTITIONS=3: each queue spread over 3 partitions of the cluster (one per master)
+    "CLUSTER_PARTITIONS": int(os.environ.get("REDIS_CLUSTER_PARTITIONS") or 1),
     # Task tracking records jobs declared with sidekiq_options(use_task_event=True); others cost nothing.
     "CLIENT_MIDDLEWARE": ["tracking.middleware.TrackingClientMiddleware"],
     "SERVER_MIDDLEWARE": ["tracking.middleware.TrackingServerMiddleware"],

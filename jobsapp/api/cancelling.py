@@ -142,9 +142,11 @@ def _running(jids: set[str]) -> dict[str, str]:
     identities = sorted(as_text(name) for name in client.smembers(keys.INFLIGHT_INDEX))
     if identities:
         pipe = client.pipeline(transaction=False)
+        owners = [identity for identity in identities for _ in keys.partitions()]  # one list per partition on a cluster
         for identity in identities:
-            pipe.lrange(keys.inflight(identity), 0, -1)
-        for identity, raws in zip(identities, pipe.execute(), strict=True):
+            for index in keys.partitions():
+                pipe.lrange(keys.in_partition(keys.inflight(identity), index), 0, -1)
+        for identity, raws in zip(owners, pipe.execute(), strict=True):
             for raw in raws or []:
                 jid = JobRecord(raw).jid
                 if jid in jids:

@@ -23,7 +23,7 @@ from redis.crc import key_slot
 from .. import connection, keys
 from ..connection import as_text, get_redis
 from .guard import translate_errors
-from .queues import QueueSummary, queue_summary_commands, summarize
+from .queues import QueueSummary, queue_names_commands, queue_names_from, queue_summary_commands, summarize
 
 #: Sidekiq stores five years of daily counters; History refuses to read more.
 MAX_HISTORY_DAYS = 5 * 365
@@ -102,13 +102,13 @@ class Stats:
         pipe.zcard(keys.SCHEDULE)
         pipe.zcard(keys.RETRY)
         pipe.zcard(keys.DEAD)
-        pipe.smembers(keys.QUEUES)
         pipe.smembers(keys.PAUSED)
         pipe.smembers(keys.PROCESSES)
         pipe.get(keys.STAT_EXPIRED)
-        processed, failed, scheduled, retries, dead, queue_names, paused_names, identities, expired = pipe.execute()
+        queue_names_commands(pipe)
+        processed, failed, scheduled, retries, dead, paused_names, identities, expired, *queue_names = pipe.execute()
         paused = {as_text(name) for name in paused_names}
-        names = sorted({as_text(name) for name in queue_names} | paused)
+        names = sorted(queue_names_from(queue_names) | paused)
         processes = sorted(as_text(name) for name in identities)
 
         pipe = connection.pipeline(transaction=False)

@@ -107,6 +107,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             "history_series": series,
             "initial_stats": stats_payload(stats),
             "redis_info": api.redis_info(),
+            "partitions": api.partitions(),
             "outbox": api.Outbox.state(),
             "outbox_parked": api.Outbox.parked(),
             "poll_interval_seconds": _choice(request.GET.get("poll"), POLL_CHOICES, POLL_INTERVAL_SECONDS),

@@ -323,11 +323,11 @@ class BufferedDispatcher:
             running = (running.unit for running in occupancy.running.values())
             held = Counter(unit.raw for unit in chain(self._buffer, running, self.acknowledging(), fetched))
         strays: list[UnitOfWork] = []
-        for raw in reversed(listed):  # the list holds the newest first; put back oldest first
-            if held[raw] > 0:
-                held[raw] -= 1
+        for unit in reversed(listed):  # each list holds the newest first; put back oldest first
+            if held[unit.raw] > 0:
+                held[unit.raw] -= 1
             else:
-                strays.append(UnitOfWork(raw, queue_of(raw)))
+                strays.append(UnitOfWork(unit.raw, queue_of(unit.raw), unit.partition))
         if strays:
             logger.warning("fetch: %d jobs moved in flight by a fetch whose reply was lost go back to their queues", len(strays))
             self.requeue(strays, RequeueReason.RECONCILE)

@@ -52,6 +52,9 @@ MIN_WAIT_SECONDS = 0.05
 #: What marks a QueueWaiters name as a queue's wake list (jobsapp.priority), not its list.
 WAKE_MARK = "\x00wake:"
 
+#: What separates a queue's name from its partition in a QueueWaiters name (partitions above 0).
+PARTITION_MARK = "\x00partition:"
+
 #: The most packed BRPOP commands basic fetch keeps (one per queue order it has used).
 MAX_PACKED_COMMANDS = 256
 
@@ -60,10 +63,12 @@ logger = logging.getLogger("jobsapp.fetch")
 
 @dataclass(slots=True)
 class UnitOfWork:
-    """One fetched job: its raw bytes exactly as read (for LREM) and the queue it came from."""
+    """One fetched job: its raw bytes exactly as read (for LREM), the queue it came from and,
+    on a partitioned cluster, the partition whose queue and in-flight list hold it."""
 
     raw: bytes
     queue: str
+    partition: int = 0
 
 
 @dataclass
@@ -138,6 +143,7 @@ class Fetch(Protocol):
     inflight_key: str
     #: whether a fetch of this process saw prioritised jobs in Redis (``jobsapp.priority``)
     prioritised_seen: bool
+    inflight_keys: list[str]  # the in-flight list in each partition (``[inflight_key]`` outside a partitioned cluster)
 
     def take(self, count: int, *, block_seconds: float) -> list[UnitOfWork]: ...
 
@@ -149,14 +155,53 @@ class Fetch(Protocol):
         """Put ``units`` (oldest first) back at the front of their queues, the oldest in front."""
         ...
 
-    def listed_in_flight(self) -> list[bytes]: ...
+    def listed_in_flight(self) -> list[UnitOfWork]: ...
 
     def interrupt(self) -> None: ...
 
     def collect_pending(self) -> list[UnitOfWork]: ...
 
 
+def _by_partition(units: list[UnitOfWork], jids: list[str] | None = None) -> dict[int, tuple[list[UnitOfWork], list[str]]]:
+    """``units`` (and their ``jids``) grouped by partition, each group in their order."""
+    groups: dict[int, tuple[list[UnitOfWork], list[str]]] = {}
+    for index, unit in enumerate(units):
+        group = groups.setdefault(unit.partition, ([], []))
+        group[0].append(unit)
+        if jids is not None:
+            group[1].append(jids[index])
+    return groups
+
+
 def _ack(
+    client: redis.Redis,
+    inflight_key: str,
+    units: list[UnitOfWork],
+    jids: list[str],
+    processed: int,
+    failed: int,
+    today: dt.date,
+    *,
+    token_key: str = "",
+    token: str = "",
+) -> Acknowledged:
+    """``ack.lua`` once per partition the units came from (once outside a partitioned cluster):
+    the units of partition ``p`` leave its in-flight list; the counters and the token go with
+    partition 0's call (made even with no unit of its own), where the stats live."""
+    if all(unit.partition == 0 for unit in units):
+        return _ack_partition(client, inflight_key, units, jids, processed, failed, today, token_key=token_key, token=token)
+    removed = 0
+    for index, (group, group_jids) in sorted(_by_partition(units, jids).items()):
+        if index == 0:
+            continue
+        with keys.using_partition(index):
+            removed += _ack_partition(client, keys.in_partition(inflight_key, index), group, group_jids, 0, 0, today).removed
+    home, home_jids = _by_partition(units, jids).get(0, ([], []))
+    acknowledged = _ack_partition(client, inflight_key, home, home_jids, processed, failed, today, token_key=token_key, token=token)
+    return Acknowledged(removed + acknowledged.removed, acknowledged.counted)
+
+
+def _ack_partition(
     client: redis.Redis,
     inflight_key: str,
     units: list[UnitOfWork],
@@ -185,10 +230,18 @@ def _ack(
 def _requeue(client: redis.Redis, inflight_key: str, units: list[UnitOfWork]) -> int:
     """Put ``units`` (oldest first, as they were taken) back at the front of their queues in
     their order: each push lands in front of the one before, so the newest is pushed first and
-    the oldest ends at the very front, taken first again."""
+    the oldest ends at the very front, taken first again. Each partition's units go back to
+    its own queues (one ``requeue.lua`` per partition)."""
     if not units:
         return 0
-    return scripts.requeue(client, inflight_key=inflight_key, jobs=[(unit.raw, unit.queue) for unit in reversed(units)])
+    if all(unit.partition == 0 for unit in units):
+        return scripts.requeue(client, inflight_key=inflight_key, jobs=[(unit.raw, unit.queue) for unit in reversed(units)])
+    put_back = 0
+    for index, (group, _) in sorted(_by_partition(units).items()):
+        with keys.using_partition(index):
+            jobs = [(unit.raw, unit.queue) for unit in reversed(group)]
+            put_back += scripts.requeue(client, inflight_key=keys.in_partition(inflight_key, index), jobs=jobs)
+    return put_back
 
 
 class _Interruptible:
@@ -216,6 +269,18 @@ class _Interruptible:
                 pass
 
 
+def waiter_name(queue_name: str, index: int) -> str:
+    """The QueueWaiters name of ``queue_name``'s list in partition ``index``: the queue's name
+    itself in partition 0."""
+    return queue_name if index == 0 else f"{queue_name}{PARTITION_MARK}{index}"
+
+
+def unit_of_waiter(name: str) -> tuple[str, int]:
+    """The queue and partition of a QueueWaiters name (``waiter_name``)."""
+    queue_name, mark, index = name.rpartition(PARTITION_MARK)
+    return (queue_name, int(index)) if mark else (name, 0)
+
+
 class QueueWaiters:
     """Idle waiting on several queues at once, without giving up reliable fetch.
 
@@ -226,7 +291,9 @@ class QueueWaiters:
     One thread (``jobsapp.waiter-<queue>``) and one connection per queue; each wait asks every
     waiter for one ``BLMOVE <queue> <in-flight> RIGHT LEFT <timeout>``. The first job to arrive
     wakes the fetcher, which unblocks the other waiters (``CLIENT UNBLOCK``): any job they had
-    already moved is in flight (safe) and handed over by the next ``collect()``.
+    already moved is in flight (safe) and handed over by the next ``collect()``. On a
+    partitioned cluster a queue has a waiter per partition (``waiter_name``), each blocking on
+    that partition's list into that partition's in-flight list, on the master serving it.
     """
 
     def __init__(self, inflight_key: str, *, client: redis.Redis, make_blocking_client: Callable[[], redis.Redis]) -> None:
@@ -245,15 +312,23 @@ class QueueWaiters:
         if requests is None:
             requests = self._requests[name] = queue.SimpleQueue()
             ready = threading.Event()
-            thread_name = f"jobsapp.waiter-{name.replace(WAKE_MARK, 'wake-')}"
+            thread_name = f"jobsapp.waiter-{name.replace(WAKE_MARK, 'wake-').replace(PARTITION_MARK, '-partition-')}"
             threading.Thread(target=self._run, args=(name, requests, ready), name=thread_name, daemon=True).start()
             ready.wait(5.0)
         return requests
 
+    def _key(self, name: str) -> tuple[str, str, int, str]:
+        """What waiter ``name`` blocks on: (its key, the queue, the partition, the in-flight list)."""
+        if name.startswith(WAKE_MARK):  # a queue's wake list (a token, not a job), not its list
+            return keys.priority_wake(name[len(WAKE_MARK) :]), name[len(WAKE_MARK) :], 0, self.inflight_key
+        queue_name, index = unit_of_waiter(name)
+        with keys.using_partition(index):
+            return keys.queue(queue_name), queue_name, index, keys.in_partition(self.inflight_key, index)
+
     def _run(self, name: str, requests: queue.SimpleQueue[float | None], ready: threading.Event) -> None:
         blocking = self.make_blocking_client()
-        wake = name.startswith(WAKE_MARK)  # a queue's wake list (a token, not a job), not its list
-        key = keys.priority_wake(name[len(WAKE_MARK) :]) if wake else keys.queue(name)
+        wake = name.startswith(WAKE_MARK)
+        key, queue_name, index, inflight_key = self._key(name)
         try:
             self._connection_ids[name] = connection.client_id(blocking, key=key)
         except (redis.RedisError, OSError):  # Redis away: the BLMOVE below fails and reports it
@@ -269,7 +344,7 @@ class QueueWaiters:
                 if wake:  # losing a token costs one wait, nothing else
                     woken = blocking.blpop([key], timeout) is not None
                 else:
-                    reply = blocking.blmove(key, self.inflight_key, timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]  # seconds may be fractional
+                    reply = blocking.blmove(key, inflight_key, timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]  # seconds may be fractional
                     raw = None if reply is None else as_bytes(reply)
                 if name not in self._connection_ids:
                     self._connection_ids[name] = connection.client_id(blocking, key=key)
@@ -279,7 +354,7 @@ class QueueWaiters:
                 # moved in flight after the process went quiet: nobody will collect it, so it
                 # goes straight back to the front of its queue
                 try:
-                    _requeue(self.client, self.inflight_key, [UnitOfWork(raw, name)])
+                    _requeue(self.client, self.inflight_key, [UnitOfWork(raw, queue_name, index)])
                     raw = None
                 except (redis.RedisError, OSError):  # kept for collect(); stop() puts it back
                     pass
@@ -295,15 +370,16 @@ class QueueWaiters:
             except queue.Empty:
                 return units
             if raw is not None:
-                units.append(UnitOfWork(raw, name))
+                units.append(UnitOfWork(raw, *unit_of_waiter(name)))
 
     def wait(self, names: list[str], timeout_seconds: float, *, wake: bool = False) -> list[UnitOfWork]:
-        """Block up to ``timeout_seconds`` for a job of ``names``; with ``wake``, a prioritised
-        push to one of them ends the wait too (nothing returned: the caller fetches it)."""
+        """Block up to ``timeout_seconds`` for a job of ``names`` (waiter names: ``waiter_name``);
+        with ``wake``, a prioritised push to one of them ends the wait too (nothing returned: the
+        caller fetches it; prioritised jobs are pushed to partition 0 only)."""
         if self.closed:  # quiet: nothing more is taken
             return []
         if wake:
-            names = [*names, *[WAKE_MARK + name for name in names]]
+            names = [*names, *[WAKE_MARK + name for name in names if PARTITION_MARK not in name]]
         end = time.monotonic() + timeout_seconds
         for name in names:
             self._ask(name, timeout_seconds)
@@ -316,7 +392,7 @@ class QueueWaiters:
             except queue.Empty:
                 break
             if raw is not None:
-                units.append(UnitOfWork(raw, name))
+                units.append(UnitOfWork(raw, *unit_of_waiter(name)))
             elif not woken and name in names and self._ask(name, end - time.monotonic()):
                 continue  # it answered an unblock meant for an earlier wait: it waits again
             elif not self._busy:
@@ -352,13 +428,21 @@ class QueueWaiters:
             if connection_id is None:
                 continue
             try:
-                connection.client_unblock(self.client, connection_id, key=keys.queue(name))
+                connection.client_unblock(self.client, connection_id, key=self._key(name)[0])
             except (redis.RedisError, OSError):  # it times out on its own
                 pass
 
 
 class ReliableFetch(_Interruptible):
-    """Atomic moves into a per-process in-flight list; nothing is lost if the process dies."""
+    """Atomic moves into a per-process in-flight list; nothing is lost if the process dies.
+
+    On a partitioned cluster (``keys.partition_count()`` above 1) each partition has its own
+    in-flight list of this process, beside its queues: a fetch moves jobs of one partition into
+    that partition's list. Each ``take`` asks the partitions in turn, starting after the one that
+    last gave jobs, until one gives some (so a busy queue is drained from every partition at the
+    same pace, in one round trip while they all hold jobs); when none does, it waits on every
+    partition's queues at once (``QueueWaiters``), so an idle worker blocks instead of polling
+    and a push to any partition wakes it within a millisecond."""
 
     name = "reliable"
     reliable = True
@@ -380,6 +464,10 @@ class ReliableFetch(_Interruptible):
         self.blocking_client = blocking_client
         self.rng = rng
         self.inflight_key = keys.inflight(identity)
+        self.partitions = keys.partition_count()
+        #: this process's in-flight list in each partition
+        self.inflight_keys = [keys.in_partition(self.inflight_key, index) for index in range(self.partitions)]
+        self._turn = 0  # the partition the next take asks first
         self._blocking_id = None
         self._interrupted = threading.Event()
         self._waiters = QueueWaiters(self.inflight_key, client=client, make_blocking_client=make_blocking_client)
@@ -397,6 +485,8 @@ class ReliableFetch(_Interruptible):
         if pending:
             return pending
         order = self.queues.order(self.rng)
+        if self.partitions > 1:
+            return self._take_partitioned(order, count, block_seconds=block_seconds)
         fetched = scripts.fetch(self.client, inflight_key=self.inflight_key, queue_names=order, count=count)
         self.prioritised_seen = self.prioritised_seen or fetched.prioritised
         if fetched.jobs:
@@ -415,6 +505,29 @@ class ReliableFetch(_Interruptible):
         # so a push to any of them wakes the fetcher within a millisecond.
         return self._waiters.wait(ready, block_seconds, wake=self.prioritised_seen)
 
+    def _take_partitioned(self, order: list[str], count: int, *, block_seconds: float) -> list[UnitOfWork]:
+        """``take`` on a partitioned cluster: one ``fetch.lua`` per partition, in turn, until one
+        gives jobs; else one waiter per queue and partition blocks."""
+        paused: frozenset[str] = frozenset()
+        for step in range(self.partitions):
+            index = (self._turn + step) % self.partitions
+            with keys.using_partition(index):
+                fetched = scripts.fetch(self.client, inflight_key=self.inflight_keys[index], queue_names=order, count=count)
+            self.prioritised_seen = self.prioritised_seen or fetched.prioritised
+            if index == 0:
+                paused = fetched.paused  # pausing writes every partition's set; partition 0's is the one read
+            if fetched.jobs:
+                self._turn = index + 1
+                return [UnitOfWork(raw, queue, index) for raw, queue in fetched.jobs]
+        if block_seconds <= 0:
+            return []
+        ready = [name for name in order if name not in paused]
+        if not ready:  # every queue is paused: idle briefly instead of spinning on Redis
+            self._idle(min(block_seconds, PAUSED_IDLE_SECONDS))
+            return []
+        names = [waiter_name(name, index) for index in range(self.partitions) for name in ready]
+        return self._waiters.wait(names, block_seconds, wake=self.prioritised_seen)
+
     def collect_pending(self) -> list[UnitOfWork]:
         """Jobs the queue waiters moved in flight but did not hand over yet."""
         return self._waiters.collect()
@@ -431,9 +544,13 @@ class ReliableFetch(_Interruptible):
     def requeue(self, units: list[UnitOfWork]) -> int:
         return _requeue(self.client, self.inflight_key, units)
 
-    def listed_in_flight(self) -> list[bytes]:
-        """Every raw job in this process's in-flight list (for reconciling after a lost reply)."""
-        return [as_bytes(raw) for raw in self.client.lrange(self.inflight_key, 0, -1)]
+    def listed_in_flight(self) -> list[UnitOfWork]:
+        """Every job in this process's in-flight lists, newest first in each (for reconciling
+        after a lost reply), with its partition (its queue is left for the caller to read)."""
+        listed: list[UnitOfWork] = []
+        for index, inflight_key in enumerate(self.inflight_keys):
+            listed.extend(UnitOfWork(as_bytes(raw), "", index) for raw in self.client.lrange(inflight_key, 0, -1))
+        return listed
 
 
 class BasicFetch:
@@ -455,6 +572,7 @@ class BasicFetch:
     per_thread = True
     prioritised_seen = False  # BRPOP reads the lists only
     inflight_key = ""
+    inflight_keys: list[str] = []
 
     def __init__(
         self,
@@ -588,7 +706,7 @@ class BasicFetch:
     ) -> Acknowledged:
         return _ack(self.client, "", [], [], processed, failed, today)
 
-    def listed_in_flight(self) -> list[bytes]:
+    def listed_in_flight(self) -> list[UnitOfWork]:
         return []  # nothing is in flight in Redis with basic fetch
 
     def collect_pending(self) -> list[UnitOfWork]:
@@ -623,6 +741,11 @@ def build(
     """The fetch strategy called ``name`` for the process ``identity`` (nothing is sent to Redis
     yet). ``make_blocking_client`` makes a client with its own connection for a thread that
     blocks (its socket timeout longer than the block)."""
+    if strategy(name) is BasicFetch and keys.partition_count() > 1:
+        raise ValueError(
+            "basic fetch cannot serve a partitioned cluster (CLUSTER_PARTITIONS above 1): one BRPOP cannot wait on "
+            "lists of several hash slots; use reliable fetch (the default)"
+        )
     if strategy(name) is ReliableFetch:
         return ReliableFetch(
             identity, queues, client=client, blocking_client=make_blocking_client(), rng=rng, make_blocking_client=make_blocking_client

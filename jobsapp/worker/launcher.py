@@ -565,7 +565,7 @@ class WorkerProcess:
         heartbeat.clear()
         if components.fetch.reliable:
             try:
-                if not client.exists(components.fetch.inflight_key):
+                if not any(client.exists(key) for key in components.fetch.inflight_keys):
                     client.srem(keys.INFLIGHT_INDEX, self.identity)
             except CONNECTION_ERRORS as exc:  # the list (if any) is recovered by a sweeper later
                 logger.warning("could not unregister the in-flight list (%s)", exc)

@@ -51,7 +51,7 @@ from ..errors import PoisonJob, RedisUnavailable
 from ..outcomes import DeadReason, RequeueReason
 from ..payload import RECOVERED_KEY, Item, compact_json, decode, encode_unchecked, malformed_item, now
 from ..processes import prune_dead
-from .retry import dead_trim_args, with_error_fields
+from .retry import CrossPartitionFiling, dead_trim_args, with_error_fields
 
 logger = logging.getLogger("jobsapp.recovery")
 
@@ -77,17 +77,37 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _bury_malformed(client: redis.Redis, raw: bytes, *, inflight_key: str, exception: BaseException) -> bool:
+def _bury(client: redis.Redis, raw: bytes, *, inflight_key: str, index: int, member: str, jid: str, died_at: float) -> bool:
+    """``recover_bury.lua`` on partition 0; from a partition above 0 of a partitioned cluster,
+    the two steps of ``CrossPartitionFiling`` into partition 0's dead set."""
+    cutoff, maximum = dead_trim_args(died_at)
+    if index == 0:
+        return scripts.recover_bury(
+            client, inflight_key=inflight_key, raw=raw, member=member, jid=jid, died_at=died_at, dead_cutoff=cutoff, dead_max_jobs=maximum
+        )
+    filing = CrossPartitionFiling(
+        client,
+        inflight_key=inflight_key,
+        index=index,
+        target_set=keys.DEAD,
+        raw=raw,
+        score=died_at,
+        member=member,
+        jid=jid,
+        dead_cutoff=cutoff,
+        dead_max_jobs=maximum,
+    )
+    return filing()
+
+
+def _bury_malformed(client: redis.Redis, raw: bytes, *, inflight_key: str, exception: BaseException, index: int = 0) -> bool:
     """Move an in-flight entry that is not a usable job to the dead set, wrapped so its raw
     text is kept (``recover_bury.lua``). True when this call moved it."""
     timestamp = now()
     reason = f"{type(exception).__name__}: {str(exception)[:500]}"
     dead_item = with_error_fields(malformed_item(raw, jobs_settings.DEFAULT_QUEUE, reason), exception, timestamp)
-    cutoff, maximum = dead_trim_args(timestamp)
     member = compact_json(dead_item, allow_nan=True)  # another client's job: buried as it is
-    moved = scripts.recover_bury(
-        client, inflight_key=inflight_key, raw=raw, member=member, jid="", died_at=timestamp, dead_cutoff=cutoff, dead_max_jobs=maximum
-    )
+    moved = _bury(client, raw, inflight_key=inflight_key, index=index, member=member, jid="", died_at=timestamp)
     if moved:
         logger.error("recovery: malformed in-flight job sent to the dead set: %s", reason)
         original = _decoded_or_none(raw)  # a job that decodes but could not be handled: its features hear it
@@ -103,16 +123,18 @@ def _decoded_or_none(raw: bytes) -> Item | None:
         return None
 
 
-def _recover_one(client: redis.Redis, raw: bytes, *, inflight_key: str, started_key: str, limit: int) -> tuple[bool, str]:
-    """Put one in-flight job back on its queue, or in the dead set when malformed or poison.
-    Returns (moved by this call, "queue" or "dead")."""
+def _recover_one(client: redis.Redis, raw: bytes, *, inflight_key: str, started_key: str, limit: int, index: int = 0) -> tuple[bool, str]:
+    """Put one in-flight job (of ``inflight_key``, in partition ``index``) back on its queue in
+    that partition, or in the dead set when malformed or poison. Returns (moved by this call,
+    "queue" or "dead")."""
     try:
         item = decode(raw)
     except ValueError as exc:  # malformed (any bytes: decode raises nothing else): dead, wrapped so the raw text is kept
-        return _bury_malformed(client, raw, inflight_key=inflight_key, exception=exc), "dead"
+        return _bury_malformed(client, raw, inflight_key=inflight_key, exception=exc, index=index), "dead"
     jid = item.get("jid")
     jid = jid if isinstance(jid, str) else ""
-    previous = int(client.hget(keys.RECOVERIES, jid) or 0)
+    with keys.using_partition(index):
+        previous = int(client.hget(keys.RECOVERIES, jid) or 0)
     # a quarantined job is to blame only if it was running (its started mark is there)
     blamed = RECOVERED_KEY not in item or bool(client.hexists(started_key, jid))
     count = previous + 1 if blamed else previous
@@ -123,18 +145,19 @@ def _recover_one(client: redis.Redis, raw: bytes, *, inflight_key: str, started_
             marked = encode_unchecked({**item, RECOVERED_KEY: count})
         except ValueError:  # NaN or the like from a foreign client: pushed back unmarked
             marked = b""
-        moved = scripts.recover_requeue(client, inflight_key=inflight_key, raw=raw, queue=queue, jid=jid, marked=marked, blamed=blamed) > 0
+        with keys.using_partition(index):
+            put_back = scripts.recover_requeue(
+                client, inflight_key=inflight_key, raw=raw, queue=queue, jid=jid, marked=marked, blamed=blamed
+            )
+        moved = put_back > 0
         if moved:
             ending.put_back(item, reason=RequeueReason.RECOVERED)
         return moved, "queue"
     poison = PoisonJob(f"recovered from {count} dead processes; treated as poison")
     timestamp = now()
     dead_item = with_error_fields(item, poison, timestamp)
-    cutoff, maximum = dead_trim_args(timestamp)
     member = compact_json(dead_item, allow_nan=True)  # another client's job: buried as it is
-    moved = scripts.recover_bury(
-        client, inflight_key=inflight_key, raw=raw, member=member, jid=jid, died_at=timestamp, dead_cutoff=cutoff, dead_max_jobs=maximum
-    )
+    moved = _bury(client, raw, inflight_key=inflight_key, index=index, member=member, jid=jid, died_at=timestamp)
     if moved:
         logger.error("jid=%s class=%s poison job sent to the dead set: %s", jid, str(item.get("class"))[:200], poison)
         ending.finish(client, dead_item, Fate.DEAD, error=poison, reason=DeadReason.POISON)
@@ -142,28 +165,30 @@ def _recover_one(client: redis.Redis, raw: bytes, *, inflight_key: str, started_
 
 
 def recover_list(client: redis.Redis, identity: str) -> tuple[int, int]:
-    """Put back every job of ``identity``'s in-flight list; returns (requeued, buried)."""
-    inflight_key = keys.inflight(identity)
+    """Put back every job of ``identity``'s in-flight lists (one per partition on a partitioned
+    cluster, each job back to its own partition's queue); returns (requeued, buried)."""
     started_key = keys.started(identity)
     requeued = buried = 0
     limit = int(jobs_settings.POISON_RECOVERY_LIMIT)
-    while True:
-        raw = client.lindex(inflight_key, 0)  # newest first: each goes in front of the last, the oldest ends in front
-        if raw is None:
-            break
-        raw = as_bytes(raw)
-        try:
-            result, outcome = _recover_one(client, raw, inflight_key=inflight_key, started_key=started_key, limit=limit)
-        except REDIS_ERRORS:  # the caller (sweeper, start-up) retries the whole list later
-            raise
-        except Exception as exc:  # a hostile entry must not stop recovery of the ones behind it: dead
-            logger.exception("recovery: an in-flight entry of %s could not be handled; it goes to the dead set", identity)
-            result, outcome = _bury_malformed(client, raw, inflight_key=inflight_key, exception=exc), "dead"
-        if result and outcome == "queue":
-            requeued += 1
-        elif result:
-            buried += 1
-        # when not moved, someone else moved it first: look at the list again
+    for index in keys.partitions():
+        inflight_key = keys.in_partition(keys.inflight(identity), index)
+        while True:
+            raw = client.lindex(inflight_key, 0)  # newest first: each goes in front of the last, the oldest ends in front
+            if raw is None:
+                break
+            raw = as_bytes(raw)
+            try:
+                result, outcome = _recover_one(client, raw, inflight_key=inflight_key, started_key=started_key, limit=limit, index=index)
+            except REDIS_ERRORS:  # the caller (sweeper, start-up) retries the whole list later
+                raise
+            except Exception as exc:  # a hostile entry must not stop recovery of the ones behind it: dead
+                logger.exception("recovery: an in-flight entry of %s could not be handled; it goes to the dead set", identity)
+                result, outcome = _bury_malformed(client, raw, inflight_key=inflight_key, exception=exc, index=index), "dead"
+            if result and outcome == "queue":
+                requeued += 1
+            elif result:
+                buried += 1
+            # when not moved, someone else moved it first: look at the list again
     client.delete(started_key)
     limiter.release_owner(client, identity)  # its jobs are back: so are their concurrent slots
     client.srem(keys.INFLIGHT_INDEX, identity)
@@ -274,8 +299,9 @@ class Sweeper(PollingComponent):
             owners = {as_text(member) for member in self.client.smembers(keys.INFLIGHT_INDEX)}
             # plus lists missing from the index: a process that fetched after the index was lost
             # (FLUSHDB, a restored backup) and died before its next beat re-registered it
-            prefix = keys.inflight("")
-            owners.update(as_text(key)[len(prefix) :] for key in self.client.scan_iter(match=f"{prefix}*", count=1000))
+            for index in keys.partitions():
+                prefix = keys.in_partition(keys.inflight(""), index)
+                owners.update(as_text(key)[len(prefix) :] for key in self.client.scan_iter(match=f"{prefix}*", count=1000))
             for owner in sorted(owners):
                 if owner == self.identity or self._stop.is_set():
                     continue

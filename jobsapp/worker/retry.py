@@ -26,6 +26,7 @@ A hook or handler that raises is logged and never changes where the job went.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import math
 import random
@@ -163,6 +164,75 @@ def call_error_handlers(exception: BaseException, context: dict[str, Any]) -> No
             logger.exception("error handler %s failed", path)
 
 
+class CrossPartitionFiling:
+    """Filing a job in flight in a partition above 0 of a partitioned cluster in a set of
+    partition 0 (the retry, dead or schedule set all live there): two steps, as no script can
+    touch keys of two slots. First the set gets the member (``retry.lua`` with no in-flight
+    list: ``ZADD``, the dead set trimmed), then the job leaves its partition's in-flight list
+    (``ack.lua``: ``LREM``, its recovery count dropped). A job no longer in flight there (a
+    sweeper took it back: it runs again) is taken out of the set again, when the first attempt
+    saw it gone; after a failed attempt that may have removed it with its reply lost, the filing
+    is kept. A crash between the steps leaves the job filed and in flight, so it may run once
+    more: at least once, never lost. One instance per job filed (``call_with_retry`` calls it
+    again after a Redis error)."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        inflight_key: str,
+        index: int,
+        target_set: str,
+        raw: bytes,
+        score: float,
+        member: str,
+        jid: str,
+        dead_cutoff: str = "",
+        dead_max_jobs: int = 0,
+    ) -> None:
+        self.client = client
+        self.inflight_key = keys.in_partition(inflight_key, index)
+        self.index = index
+        self.target_set = target_set
+        self.raw = raw
+        self.score = score
+        self.member = member
+        self.jid = jid
+        self.dead_cutoff = dead_cutoff
+        self.dead_max_jobs = dead_max_jobs
+        self._removal_sent = False
+
+    def __call__(self) -> bool:
+        scripts.retry(
+            self.client,
+            inflight_key="",
+            target_set=self.target_set,
+            raw=self.raw,
+            score=self.score,
+            member=self.member,
+            jid="",
+            dead_cutoff=self.dead_cutoff,
+            dead_max_jobs=self.dead_max_jobs,
+        )
+        first = not self._removal_sent
+        self._removal_sent = True
+        with keys.using_partition(self.index):
+            removed = scripts.ack(
+                self.client,
+                inflight_key=self.inflight_key,
+                raws=[self.raw],
+                jids=[self.jid],
+                processed=0,
+                failed=0,
+                today=dt.datetime.now(dt.UTC).date(),
+                daily_ttl_seconds=0,
+            ).removed
+        if removed or not first:
+            return True
+        self.client.zrem(self.target_set, self.member)
+        return False
+
+
 class RetryPolicy:
     """Decides and files the fate of a failed job."""
 
@@ -179,6 +249,20 @@ class RetryPolicy:
         the same script), waiting out a Redis outage: the job stays in flight until it is filed."""
         cutoff, maximum = dead_trim_args(timestamp) if target == keys.DEAD else ("", 0)
         member = compact_json(item, allow_nan=True)  # a foreign job with NaN is still filed
+        if unit.partition and self.inflight_key:
+            filing = CrossPartitionFiling(
+                self.client,
+                inflight_key=self.inflight_key,
+                index=unit.partition,
+                target_set=target,
+                raw=unit.raw,
+                score=score,
+                member=member,
+                jid=str(item.get("jid", "")),
+                dead_cutoff=cutoff,
+                dead_max_jobs=maximum,
+            )
+            return call_with_retry(filing, what=f"filing a job in the {target} set", logger=logger, stop=self.stop)
         return call_with_retry(
             lambda: scripts.retry(
                 self.client,

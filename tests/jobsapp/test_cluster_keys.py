@@ -218,13 +218,18 @@ def test_cluster_names_are_the_standalone_ones_behind_the_partitions_tag(cluster
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 4, 6, 9])
-def test_each_partitions_tag_lies_in_its_share_of_the_slots(count):
+def test_each_partitions_tag_lies_in_a_share_of_the_slots_of_its_own(count):
     # Given a cluster of `count` equal masters, as redis-cli --cluster create splits the slots
-    shares = [range(index * REDIS_CLUSTER_HASH_SLOTS // count, (index + 1) * REDIS_CLUSTER_HASH_SLOTS // count) for index in range(count)]
+    def share_of(tag: str) -> int:
+        return key_slot(tag.encode()) * count // REDIS_CLUSTER_HASH_SLOTS
+
     # When the tags of `count` partitions are computed
     tags = [keys.partition_tag(index, count) for index in range(count)]
-    # Then partition i's tag hashes into the i-th share: each partition on its own master
-    assert [key_slot(tag.encode()) in share for tag, share in zip(tags, shares, strict=True)] == [True] * count
+    # Then partition 0 keeps its one tag, and the partitions hash into the shares one each,
+    # partition i into the i-th after partition 0's: each partition on its own master
+    assert tags[0] == "jobsapp:0"
+    home = share_of(tags[0])
+    assert [share_of(tag) for tag in tags] == [(home + index) % count for index in range(count)]
     assert len(set(tags)) == count
 
 

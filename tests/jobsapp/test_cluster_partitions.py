@@ -1,0 +1,152 @@
+"""One queue spread over the partitions of a real three-master Redis Cluster
+(``JOBSAPP["CLUSTER_PARTITIONS"] = 3``): producers spread a queue's pushes over every partition,
+each partition on its own master; a worker drains every partition; the jobs a killed worker
+held in flight in each partition go back to that partition's queue; a failing job is filed in
+partition 0's retry and dead sets, which the scheduler and the operators read; the operators
+see one queue and where each partition lives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from jobsapp import api, client, keys
+from jobsapp.connection import get_redis, master_name
+from jobsapp.worker.recovery import recover_list
+from tests.redis_cluster import RedisClusterServers
+from tests.testapp.jobs import RAN_KEY, ExplodeToDead, Nap, Record
+from tests.workers import WorkerProcess, wait_until
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 3
+WORKER_ENV = {"REDIS_CLUSTER": "1", "REDIS_CLUSTER_PARTITIONS": str(PARTITIONS)}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisClusterServers]:
+    servers = RedisClusterServers(masters=PARTITIONS).start()
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture
+def partitioned(cluster, settings) -> RedisClusterServers:
+    """The engine in cluster mode with three partitions on the module's cluster, emptied first."""
+    cluster.flushall()
+    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": cluster.url, "REDIS_CLUSTER": True, "CLUSTER_PARTITIONS": PARTITIONS}
+    return cluster
+
+
+def per_partition(read) -> list[int]:
+    """``read()`` evaluated with the key names of each partition in turn."""
+    found = []
+    for index in range(PARTITIONS):
+        with keys.using_partition(index):
+            found.append(read())
+    return found
+
+
+def queue_sizes(name: str = "default") -> list[int]:
+    return per_partition(lambda: int(get_redis().llen(keys.queue(name))))
+
+
+def test_a_queues_jobs_land_on_every_partition_each_on_its_own_master_and_are_all_drained(partitioned):
+    # Given one queue's jobs pushed one by one and in bulk, in cluster mode with three partitions
+    for value in range(30):
+        Record.perform_async(f"single-{value}")
+    client.push_bulk({"class": Record.wire_name(), "args": [[f"bulk-{value}"] for value in range(60)]})
+    # Then every partition's list of the queue holds a third of them, each on another master
+    assert queue_sizes() == [30, 30, 30]
+    masters = per_partition(lambda: master_name(get_redis(), keys.queue("default")))
+    assert len(set(masters)) == PARTITIONS
+    # and the operators see one queue of 90 jobs
+    assert [(queue.name, queue.size) for queue in api.Queue.summaries()] == [("default", 90)]
+    assert api.Stats.fetch().enqueued == 90
+    # When a worker with the same setting drains the queue
+    with WorkerProcess(["-c", "4"], env=WORKER_ENV, redis_url=partitioned.url) as worker:
+        redis = get_redis()
+        wait_until(lambda: redis.llen(RAN_KEY) == 90, message=f"every job ran: {worker.output}")
+        wait_until(lambda: api.Stats.fetch().processed == 90, message=f"every job was counted: {worker.output}")
+        identity = worker.identity
+        # Then every partition's list is empty, and so is each of the worker's in-flight lists
+        assert queue_sizes() == [0, 0, 0]
+        wait_until(lambda: per_partition(lambda: int(redis.llen(keys.inflight(identity)))) == [0, 0, 0], message="all acknowledged")
+    ran = sorted(value.decode() for value in get_redis().lrange(RAN_KEY, 0, -1))
+    assert ran == sorted([f"single-{value}" for value in range(30)] + [f"bulk-{value}" for value in range(60)])
+
+
+def test_a_failing_job_of_any_partition_is_filed_in_partition_0s_dead_set(partitioned):
+    # Given failing jobs pushed one by one, so they land in every partition
+    for _ in range(PARTITIONS):
+        ExplodeToDead.perform_async()
+    assert queue_sizes() == [1, 1, 1]
+    # When a worker runs them
+    with WorkerProcess(["-c", "2"], env=WORKER_ENV, redis_url=partitioned.url) as worker:
+        wait_until(lambda: api.DeadSet().size() == PARTITIONS, message=f"the failing jobs are dead: {worker.output}")
+        identity = worker.identity
+        # Then each left its partition's in-flight list (just after it was filed)
+        in_flight = lambda: per_partition(lambda: int(get_redis().llen(keys.inflight(identity))))  # noqa: E731
+        wait_until(lambda: in_flight() == [0, 0, 0], message=f"none left in flight: {in_flight()}")
+    assert queue_sizes() == [0, 0, 0]
+    assert api.Stats.fetch().failed == PARTITIONS
+
+
+def test_recovery_of_a_killed_worker_takes_back_its_jobs_from_every_partition(partitioned):
+    # Given a worker running long jobs pushed to every partition, one thread for each, until
+    # each partition has jobs in the worker's in-flight list there
+    client.push_bulk({"class": Nap.wire_name(), "args": [[30] for _ in range(9)]})
+    assert queue_sizes() == [3, 3, 3]
+    worker = WorkerProcess(["-c", "9"], env=WORKER_ENV, redis_url=partitioned.url).start()
+    identity = worker.identity
+    redis = get_redis()
+    try:
+        wait_until(
+            lambda: all(size > 0 for size in per_partition(lambda: int(redis.llen(keys.inflight(identity))))),
+            message=f"jobs of every partition in flight: {worker.output}",
+        )
+    finally:
+        # When the worker is killed with its jobs in flight
+        worker.kill()
+    held = per_partition(lambda: int(redis.llen(keys.inflight(identity))))
+    waiting = queue_sizes()
+    # and its in-flight lists are recovered
+    requeued, buried = recover_list(redis, identity)
+    # Then every job it held went back to its own partition's queue, nothing else moved
+    assert (requeued, buried) == (sum(held), 0)
+    assert queue_sizes() == [left + back for left, back in zip(waiting, held, strict=True)]
+    assert queue_sizes() == [3, 3, 3]
+    assert per_partition(lambda: int(redis.llen(keys.inflight(identity)))) == [0, 0, 0]
+
+
+def test_operators_see_one_queue_pause_it_everywhere_and_where_each_partition_lives(partitioned, django_user_model):
+    # Given one queue's jobs spread over the three partitions
+    client.push_bulk({"class": Record.wire_name(), "args": [[value] for value in range(9)]})
+    queue = api.Queue("default")
+    # When an operator reads and pages the queue, then pauses it
+    page = queue.page(1, per_page=4), queue.page(3, per_page=4)
+    queue.pause()
+    # Then it is one queue of 9 jobs, paged across the partitions, paused in every partition
+    assert queue.size() == 9
+    assert [(len(each.entries), each.total) for each in page] == [(4, 9), (1, 9)]
+    assert len({record.jid for record in queue}) == 9
+    assert per_partition(lambda: bool(get_redis().sismember(keys.PAUSED, "default"))) == [True, True, True]
+    assert [(summary.name, summary.size, summary.paused) for summary in api.Queue.summaries()] == [("default", 9, True)]
+    # and the CLI and the dashboard name each partition's master, three different ones
+    found = api.partitions()
+    assert [part.index for part in found] == [0, 1, 2]
+    assert len({part.master for part in found}) == 3
+    staff = django_user_model.objects.create_user("ops", password="pw-ops-123", is_staff=True)
+    browser = Client()
+    browser.force_login(staff)
+    overview = browser.get(reverse("jobsapp:overview")).content.decode()
+    assert all(part.master in overview and part.tag in overview for part in found)
+    # When it is resumed and cleared, Then every partition's list is gone
+    queue.resume()
+    assert queue.clear() == 9
+    assert queue_sizes() == [0, 0, 0]
+    assert api.Queue.names() == []
