@@ -26,7 +26,7 @@ only when that is not enough.
 | jobsapp.W050 | OUTBOX on, the outbox table missing (``migrate jobsapp``); a database check (``check --database default``) |
 | jobsapp.E040-E042, E044 | Sentinel, ENQUEUE_REPLICAS and SHARDS (``check_connection_settings``; E043 is unused) |
 | jobsapp.W045 | a class routed to a shard whose workers do not serve its queue (its jobs would sit unrun) |
-| jobsapp.E046 | REDIS_CLUSTER not a bool, or with REDIS_CACHE_ALIAS (django-redis has no cluster client), SENTINELS or ENQUEUE_REPLICAS |
+| jobsapp.E046 | REDIS_CLUSTER not a bool, or with REDIS_CACHE_ALIAS (django-redis has no cluster client) or SENTINELS |
 | jobsapp.W046 | REDIS_CLUSTER with Ruby-style job class names: Ruby Sidekiq cannot run on a cluster |
 | jobsapp.E047 | the server REDIS_URL names is a cluster node and REDIS_CLUSTER is off, or the reverse (tag ``jobsapp_redis``: asks Redis) |
 | jobsapp.E048 | a cluster master whose maxmemory-policy is not noeviction (tag ``jobsapp_redis``) |
@@ -309,15 +309,6 @@ def _cluster_problems(shard: str) -> list[checks.CheckMessage]:
                 "so the alias cannot reach a cluster.",
                 hint=f"Remove {where}['REDIS_CACHE_ALIAS'] and give REDIS_URL naming any node of the cluster "
                 "(a managed service's configuration endpoint).",
-                id="jobsapp.E046",
-            )
-        )
-    if shards.setting(shard, "ENQUEUE_REPLICAS"):
-        messages.append(
-            checks.Error(
-                f"{where}['REDIS_CLUSTER'] is on with ENQUEUE_REPLICAS: a push's WAIT would go to a node of the "
-                "cluster client's choice, not the master that took the write, so it could not say what it promises.",
-                hint=f"Set {where}['ENQUEUE_REPLICAS'] to 0 in cluster mode (docs/operations/cluster.md, Replication).",
                 id="jobsapp.E046",
             )
         )

@@ -45,7 +45,18 @@ from . import batch as job_batch
 from . import keys, options, registry, results, scripts, shards, unique
 from .chains import client_chain, run_client_chain
 from .conf import jobs_settings
-from .connection import CONNECTION_ERRORS, describe, follow_sentinel_master, get_redis, refuses_writes, unavailable
+from .connection import (
+    CONNECTION_ERRORS,
+    cluster_mode,
+    describe,
+    follow_sentinel_master,
+    get_redis,
+    is_cluster,
+    node_client,
+    read_slot_map_again,
+    refuses_writes,
+    unavailable,
+)
 from .errors import ReplicationTimeout
 from .lean_redis import LeanRedis
 from .payload import Item, check_json_native, compact_json, encode, new_jid, normalize_item, now
@@ -214,16 +225,26 @@ def _write_partition(connection: redis.Redis, prepared: list[_Prepared], *, shar
         _write_plain(connection, prepared[0])
         return set()
     follow_sentinel_master(at_most_every_seconds=1.0)  # so a partitioned old master is left within a second
-    pipe = connection.pipeline(transaction=any(entry.batch is not None for entry in prepared))
-    written = _queue_writes(pipe, prepared)
     replicas_required = int(shards.setting(shard, "ENQUEUE_REPLICAS") or 0)
+    # WAIT counts the replicas that have this connection's writes: on a cluster, the writes and
+    # their WAIT go on one connection to the master serving this partition's slot
+    on_master = node_client(connection, keys.QUEUES) if replicas_required and is_cluster(connection) else connection
+    pipe = on_master.pipeline(transaction=any(entry.batch is not None for entry in prepared))
+    written = _queue_writes(pipe, prepared)
     if replicas_required:
         timeout_seconds = float(shards.setting(shard, "ENQUEUE_REPLICAS_TIMEOUT_SECONDS"))
         pipe.wait(replicas_required, max(1, int(timeout_seconds * 1000)))
-    replies = pipe.execute(raise_on_error=False)
+    try:
+        replies = pipe.execute(raise_on_error=False)
+    except CONNECTION_ERRORS:
+        if on_master is not connection:  # a master gone: the cluster client learns its successor
+            read_slot_map_again(connection)
+        raise
+    if on_master is not connection and any(isinstance(reply, redis.exceptions.AskError) for reply in replies):
+        read_slot_map_again(connection)  # the slot moved (MOVED is an AskError): the next push goes to its master
     written.raise_for_errors(replies)
     if replicas_required:
-        _check_replicas(connection, int(replies[-1]), replicas_required, jids=[entry.jid for entry in prepared], shard=shard)
+        _check_replicas(on_master, int(replies[-1]), replicas_required, jids=[entry.jid for entry in prepared], shard=shard)
     return written.refused_unique(connection, replies)
 
 
@@ -310,16 +331,26 @@ def _queue_writes(pipe: redis.client.Pipeline, prepared: list[_Prepared]) -> _Wr
     return written
 
 
+def _address_of(client: redis.Redis) -> str:
+    """``host:port`` a plain client connects to (a cluster master's ``node_client``)."""
+    options = client.connection_pool.connection_kwargs
+    return f"{options.get('host', '?')}:{options.get('port', '?')}"
+
+
 def _check_replicas(connection: redis.Redis, acknowledged: int, required: int, *, jids: list[str], shard: str) -> None:
-    """ReplicationTimeout when fewer than ``required`` replicas confirmed the write (``WAIT``)."""
+    """ReplicationTimeout when fewer than ``required`` replicas confirmed the write (``WAIT``);
+    ``connection`` is the client that sent it (on a cluster, the master's ``node_client``)."""
     if acknowledged >= required:
         return
     # A master its replicas no longer follow may be one Sentinel has replaced (after a
     # partition): drop the idle connections, so the next push asks again where the master is.
     connection.connection_pool.disconnect(inuse_connections=False)
     timeout_seconds = float(shards.setting(shard, "ENQUEUE_REPLICAS_TIMEOUT_SECONDS"))
+    where = describe(shard)
+    if cluster_mode(shard):
+        where = f"{_address_of(connection)} ({where})"
     raise ReplicationTimeout(
-        f"{len(jids)} job(s) written to the master at {describe(shard)}, but {acknowledged} of the "
+        f"{len(jids)} job(s) written to the master at {where}, but {acknowledged} of the "
         f"{required} replicas required by ENQUEUE_REPLICAS confirmed within {timeout_seconds:g} s: "
         "they are enqueued, and would be lost only if the master died now",
         jids=jids,

@@ -289,6 +289,19 @@ def node_client(client: redis.Redis, key: str) -> redis.Redis:
     return client
 
 
+def read_slot_map_again(client: redis.Redis) -> None:
+    """Have a cluster client read the slot map again (nothing without a cluster): after a
+    connection error or a ``MOVED``/``ASK`` on a ``node_client`` of it, which the cluster client
+    itself did not see, so the next ``node_client`` names the master serving the slot now."""
+    cluster = _cluster_of(client)
+    if cluster is None:
+        return
+    try:
+        cluster.nodes_manager.initialize()
+    except (redis.RedisError, OSError):  # no node answers now: read again at the cluster client's next error
+        pass
+
+
 def master_name(client: redis.Redis, key: str) -> str:
     """``host:port`` of the cluster master serving ``key`` now ("" without a cluster)."""
     cluster = _cluster_of(client)

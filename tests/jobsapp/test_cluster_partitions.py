@@ -3,11 +3,14 @@
 each partition on its own master; a worker drains every partition; the jobs a killed worker
 held in flight in each partition go back to that partition's queue; a failing job is filed in
 partition 0's retry and dead sets, which the scheduler and the operators read; the operators
-see one queue and where each partition lives.
+see one queue and where each partition lives; ``ENQUEUE_REPLICAS`` waits on the master each
+push was written to.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -16,8 +19,10 @@ from django.urls import reverse
 
 from jobsapp import api, client, keys
 from jobsapp.connection import get_redis, master_name
+from jobsapp.errors import ReplicationTimeout
 from jobsapp.worker.recovery import recover_list
 from tests.redis_cluster import RedisClusterServers
+from tests.redis_server import RedisServer
 from tests.testapp.jobs import RAN_KEY, ExplodeToDead, Nap, Record
 from tests.workers import WorkerProcess, wait_until
 
@@ -150,3 +155,53 @@ def test_operators_see_one_queue_pause_it_everywhere_and_where_each_partition_li
     assert queue.clear() == 9
     assert queue_sizes() == [0, 0, 0]
     assert api.Queue.names() == []
+
+
+@pytest.fixture(scope="module")
+def replicated() -> Iterator[RedisClusterServers]:
+    servers = RedisClusterServers(masters=PARTITIONS, replicas_per_master=1).start()
+    yield servers
+    servers.stop()
+
+
+def replica_of(cluster: RedisClusterServers, master_port: int) -> RedisServer:
+    for node in cluster.nodes:
+        role = node.client().execute_command("ROLE")
+        if role[0] == b"slave" and int(role[2]) == master_port:
+            return node
+    raise AssertionError(f"no replica follows the master on port {master_port}")
+
+
+def test_enqueue_replicas_waits_on_the_master_each_push_was_written_to(replicated, settings):
+    # Given pushes that wait for one replica, on a cluster of three masters with one replica each
+    replicated.flushall()
+    settings.JOBSAPP = {
+        **settings.JOBSAPP,
+        "REDIS_URL": replicated.url,
+        "REDIS_CLUSTER": True,
+        "CLUSTER_PARTITIONS": PARTITIONS,
+        "ENQUEUE_REPLICAS": 1,
+        "ENQUEUE_REPLICAS_TIMEOUT_SECONDS": 0.3,
+    }
+    # When jobs are pushed one by one while every replica follows
+    pushed = [Record.perform_async(value) for value in range(6)]
+    # Then each push returned once its own master's replica had it
+    assert all(pushed) and queue_sizes() == [2, 2, 2]
+    # When partition 1's master's replica stops answering, and three more jobs are pushed
+    master = per_partition(lambda: master_name(get_redis(), keys.queue("default")))[1]
+    stalled = replica_of(replicated, int(master.rsplit(":", 1)[1]))
+    refused: list[ReplicationTimeout] = []
+    os.kill(stalled.process.pid, signal.SIGSTOP)
+    try:
+        for value in range(3):
+            try:
+                Record.perform_async(f"late-{value}")
+            except ReplicationTimeout as exc:
+                refused.append(exc)
+    finally:
+        os.kill(stalled.process.pid, signal.SIGCONT)
+    # Then only the push written to that master timed out, saying which master it was: the
+    # other two masters' WAIT counted their own replicas; every job is enqueued all the same
+    assert len(refused) == 1
+    assert master in str(refused[0]) and refused[0].replicas_acknowledged == 0
+    assert queue_sizes() == [3, 3, 3]
