@@ -63,7 +63,7 @@ DEFAULTS: dict[str, Any] = {
     "task_send_sent_event": False,
     "task_publish_retry": True,
     "task_publish_retry_policy": {},
-    "task_track_started": True,
+    "task_track_started": False,
     "task_ignore_result": False,
     "worker_prefetch_multiplier": 1,
     "timezone": None,

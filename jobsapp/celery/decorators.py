@@ -43,6 +43,7 @@ _TASK_OPTIONS = frozenset(
         "soft_time_limit",
         "time_limit",
         "priority",
+        "track_started",
         "use_task_event",
         "typing",
     }

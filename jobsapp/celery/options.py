@@ -32,7 +32,6 @@ IGNORED_OPTIONS: dict[str, str] = {
     "shadow": "the task's name is its wire name",
     "trail": "results are not linked to children",
     "send_events": "there are no Celery events: see the dashboard and /jobs/metrics",
-    "track_started": "STARTED is always tracked",
     "store_errors_even_if_ignored": "ignored results store nothing",
     "throws": "every failure is logged the same way",
     "resultrepr_maxsize": "results are shown truncated by the dashboard",

@@ -1,8 +1,9 @@
 """``AsyncResult`` and ``GroupResult``: Celery's result handles, read from the engine's result store.
 
-A task's state comes from its ``jobsapp.results`` record: none, queued or scheduled is PENDING,
-running STARTED, retrying RETRY, succeeded SUCCESS, failed FAILURE (REVOKED when it was revoked
-or expired). ``get()`` polls the record (every ``interval`` seconds) and raises the task's error
+A task's state comes from its ``jobsapp.results`` record: none, queued, scheduled or running is
+PENDING (running is STARTED when the task tracks it, ``track_started``, as Celery's), retrying
+RETRY, succeeded SUCCESS, failed FAILURE (REVOKED when it was revoked or expired). ``get()``
+polls the record (every ``interval`` seconds) and raises the task's error
 as Celery does: the exception class when it is a builtin or already loaded in this process,
 else ``TaskFailure`` naming it (a result never makes this process import anything).
 """
@@ -39,7 +40,7 @@ Returned = TypeVar("Returned", covariant=True)
 _STATES: dict[str, str] = {
     results.QUEUED: PENDING,
     results.SCHEDULED: PENDING,
-    results.RUNNING: STARTED,
+    results.RUNNING: PENDING,  # STARTED only when the task tracks it (it then writes that state itself)
     results.RETRYING: RETRY,
     results.SUCCEEDED: SUCCESS,
     results.FAILED: FAILURE,
@@ -544,9 +545,7 @@ class ResultBackend:
                 "finished_at": repr(time.time()),
                 **exception_fields.exception_fields(result),
             }
-        elif state == STARTED:
-            fields = {"status": results.RUNNING}
-        else:
+        else:  # STARTED as a tracked task reports it (its meta kept), or a state of the task's own
             fields = {
                 "status": results.RUNNING,
                 results.CUSTOM_STATE_FIELD: state,

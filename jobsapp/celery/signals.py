@@ -30,6 +30,12 @@ Where each is sent (the process and thread named are where receivers run):
 
 A receiver that raises is logged (``jobsapp.celery.signals``) and the others still run, as
 Celery's ``Signal.send`` does; nothing a receiver does changes what becomes of the task.
+
+``task_received`` is sent only by a worker taking a task. A process that knows its worker runs
+elsewhere (a test process driving a ``runworkers`` subprocess, where Celery's test worker would
+be a thread of the test process) says so with ``worker_elsewhere(reason)``: connecting a
+``task_received`` receiver there is then a ``NotImplementedError`` instead of a receiver that is
+silently never called.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..middleware import ServerMiddleware, server_chain
@@ -140,9 +147,38 @@ def _receiver_id(receiver: Any) -> Any:
     return id(receiver)
 
 
+#: Why no worker runs in this process (``worker_elsewhere``), or None: receivers of ``task_received`` connect.
+_worker_elsewhere: str | None = None
+
+
+@contextmanager
+def worker_elsewhere(reason: str) -> Iterator[None]:
+    """Within this block, connecting a receiver to a signal only a worker sends (``task_received``)
+    raises ``NotImplementedError`` with ``reason``: this process runs no worker, so the receiver
+    would never be called (connect it in a module the worker imports instead)."""
+    global _worker_elsewhere
+    previous, _worker_elsewhere = _worker_elsewhere, reason
+    try:
+        yield
+    finally:
+        _worker_elsewhere = previous
+
+
+class _SentByWorkers(Signal):
+    """A signal only a worker process sends: refused to receivers where ``worker_elsewhere`` says none runs."""
+
+    def _connect(self, receiver: Receiver, sender: Any = None, weak: bool = True, dispatch_uid: Any = None) -> Receiver:
+        if _worker_elsewhere is not None:
+            raise NotImplementedError(
+                f"{self.name} is sent in the worker process that takes the task, and this process runs none "
+                f"({_worker_elsewhere}): connect the receiver in a module the worker imports (its tasks.py)"
+            )
+        return super()._connect(receiver, sender=sender, weak=weak, dispatch_uid=dispatch_uid)
+
+
 before_task_publish = Signal("before_task_publish", {"body", "exchange", "routing_key", "headers", "properties", "declare", "retry_policy"})
 after_task_publish = Signal("after_task_publish", {"body", "exchange", "routing_key"})
-task_received = Signal("task_received", {"request"})
+task_received = _SentByWorkers("task_received", {"request"})
 task_prerun = Signal("task_prerun", {"task_id", "task", "args", "kwargs"})
 task_postrun = Signal("task_postrun", {"task_id", "task", "args", "kwargs", "retval", "state"})
 task_success = Signal("task_success", {"result"})
@@ -210,6 +246,7 @@ __all__ = [
     "task_revoked",
     "task_success",
     "task_unknown",
+    "worker_elsewhere",
     "worker_init",
     "worker_process_init",
     "worker_ready",

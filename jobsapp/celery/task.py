@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import inspect
+import os
 import random
 import sys
 import threading
@@ -81,7 +82,7 @@ from .exceptions import (
 from .options import check_options
 from .result import AsyncResult, EagerResult
 from .result import AsyncResult as _AsyncResult  # the class, where a method named AsyncResult shadows it
-from .states import FAILURE, IGNORED, REJECTED, RETRY, SUCCESS
+from .states import FAILURE, IGNORED, REJECTED, RETRY, STARTED, SUCCESS
 from .trace import ExceptionInfo, call_handler, running, soft_limit
 from .values import RESULT_EXPIRES_SECONDS, _jsonable, decoded
 
@@ -254,6 +255,9 @@ class Task(Generic[Params, Returned]):
     priority: int | None = None
     #: Check a call's arguments against the function's signature when it is pushed (Celery's default).
     typing: bool = True
+    #: Report STARTED while the task runs (None: the app's ``task_track_started``, False by default,
+    #: so a running task is PENDING, as Celery's).
+    track_started: bool | None = None
     #: jobsapp's own: record the task's runs as tracking events (``update_state`` then reports progress)
     use_task_event: bool = False
 
@@ -626,6 +630,12 @@ class Task(Generic[Params, Returned]):
         """The current app (``jobsapp.celery.Celery``): the one made last, or a default one."""
         return current.current_or_default_app()
 
+    def _tracks_started(self) -> bool:
+        """Whether a run reports STARTED (``track_started``, else the app's ``task_track_started``)."""
+        if self.track_started is not None:
+            return bool(self.track_started)
+        return bool(self.app.conf.task_track_started)
+
     # --- inside a worker -------------------------------------------------------------------
 
     def replace(self, sig: Any) -> Any:
@@ -862,8 +872,14 @@ class Task(Generic[Params, Returned]):
         soft_seconds, timeout = request.timelimit[1], request.timelimit[0]
         task_id = str(request.id)
         signals.task_received.send(sender=None, request=request)
-        if retry_count is not None and request.retain_seconds:  # a state reported by the previous attempt is not this one's
-            result_writer.write_fields(job.jid, {results.CUSTOM_STATE_FIELD: ""}, retain_seconds=request.retain_seconds)
+        started = self._tracks_started()
+        if (started or retry_count is not None) and request.retain_seconds:
+            # STARTED when tracked (Celery's meta: pid and hostname); else a state reported by the previous attempt is cleared
+            fields = {results.CUSTOM_STATE_FIELD: ""}
+            if started:
+                meta = {"pid": os.getpid(), "hostname": request.hostname}
+                fields = {results.CUSTOM_STATE_FIELD: STARTED, results.CUSTOM_META_FIELD: compact_json(meta)}
+            result_writer.write_fields(job.jid, fields, retain_seconds=request.retain_seconds)
         if done:  # the function returned on an earlier run; only what follows it is left to push
             self._follow_up(job.jid, item, previous_value)
             self._succeeded(request, previous_value)

@@ -75,6 +75,25 @@ def reports_progress(self, total):
     return total
 
 
+def _wait_for_release(started_key):
+    get_redis().rpush(started_key, 1)
+    deadline = time.monotonic() + 30
+    while not get_redis().exists("celery-sample:release") and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+@shared_task
+def waits_untracked():
+    """Says it started, then waits for the test to release it (Celery's default: PENDING while it runs)."""
+    _wait_for_release("celery-sample:untracked-started")
+
+
+@shared_task(track_started=True)
+def waits_tracked():
+    """As waits_untracked, with track_started: STARTED while it runs."""
+    _wait_for_release("celery-sample:tracked-started")
+
+
 @shared_task(bind=True)
 def stores_and_ignores(self, timeline):
     """The tasks guide's get_tweets: stores its result itself, then raises Ignore."""

@@ -15,7 +15,14 @@ import pytest
 
 from jobsapp import middleware, registry, result_writer, results
 from jobsapp.celery import AsyncResult, Celery, TimeoutError, chain, chord, group, revoke
-from jobsapp.celery.signals import WorkerSignals, install_worker_signals, worker_ready
+from jobsapp.celery.signals import (
+    WorkerSignals,
+    before_task_publish,
+    install_worker_signals,
+    task_received,
+    worker_elsewhere,
+    worker_ready,
+)
 from tests.testapp.tasks import (
     WORKER_SIGNALS_KEY,
     celery_add,
@@ -149,6 +156,27 @@ def test_the_worker_signals_cost_a_job_nothing_until_a_receiver_connects(setting
             worker_ready.disconnect(receiver)
     finally:
         middleware.reset_chains()
+
+
+def test_a_task_received_receiver_is_refused_where_the_worker_runs_elsewhere():
+    # Given a process that declares its worker runs elsewhere (tests driving a runworkers subprocess)
+    def receiver(**named):
+        return None
+
+    with worker_elsewhere("runworkers is a subprocess of these tests"):
+        # When a receiver connects to task_received, Then it is refused, naming why, and not connected
+        with pytest.raises(NotImplementedError, match="runworkers is a subprocess of these tests"):
+            task_received.connect(receiver)
+        assert receiver not in task_received.receivers
+        # And a signal the calling process sends itself (before_task_publish) still connects
+        before_task_publish.connect(receiver)
+        before_task_publish.disconnect(receiver)
+    # When the block ends, Then task_received connects again
+    task_received.connect(receiver)
+    try:
+        assert receiver in task_received.receivers
+    finally:
+        task_received.disconnect(receiver)
 
 
 SAMPLE = ROOT / "tests" / "celery_sample" / "sample.py"

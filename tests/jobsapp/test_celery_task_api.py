@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 
 import pytest
@@ -135,7 +136,14 @@ def test_the_task_api_on_a_real_worker(redis_server, redis):
     soft_uncaught = sample.ignores_soft_limit.delay()
     hard = sample.runs_past_time_limit.delay()
     per_call = sample.ignores_soft_limit.apply_async(soft_time_limit=0.3)
-    with WorkerProcess(["-c", "4"], SAMPLE_SETTINGS, redis_url=redis_server.url):
+    untracked, tracked = sample.waits_untracked.delay(), sample.waits_tracked.delay()
+    with WorkerProcess(["-c", "6"], SAMPLE_SETTINGS, redis_url=redis_server.url):
+        # Then a running task is PENDING, as Celery's by default, and STARTED (with Celery's meta) when it tracks that
+        started = ("celery-sample:untracked-started", "celery-sample:tracked-started")
+        wait_until(lambda: all(redis.llen(key) for key in started), timeout_seconds=15)
+        assert untracked.state == "PENDING" and untracked.info is None
+        wait_until(lambda: tracked.state == "STARTED", timeout_seconds=5)
+        assert set(tracked.info) == {"pid", "hostname"} and tracked.info["pid"] != os.getpid()
         # Then update_state's state and meta are what AsyncResult shows while the task runs
         wait_until(lambda: progress.state == "PROGRESS" and progress.info == {"current": 3, "total": 3}, timeout_seconds=15)
         assert progress.result == {"current": 3, "total": 3}

@@ -1,8 +1,8 @@
 """Celery's integration suite (``t/integration/`` of the pinned sdist) on ``jobsapp.celery``.
 
 At import, the upstream files are read from the pinned sdist (``tests/conformance/upstream.py``:
-downloaded once into its cache, sha256 checked) and ported into ``ported/`` (port.py: imports
-only; git-ignored), which pytest then collects. When the package index cannot be reached,
+downloaded once into its cache, sha256 checked) and ported into ``ported/t/`` (port.py: imports
+only; git-ignored), which pytest then collects as the package ``t.integration``, Celery's. When the package index cannot be reached,
 nothing is ported and ``test_suite_source.py`` skips with pip's reason (fails under CI).
 
 The fixtures Celery's conftest gives the tests are rewired here:
@@ -21,14 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from jobsapp.celery import signals
 from tests.conformance import upstream
 from tests.redis_server import RedisServer
 from tests.workers import WorkerProcess
 
 from . import expectations
-from .port import port
-
-PORTED = Path(__file__).resolve().parent / "ported"
+from .port import PORTED, port
 
 try:
     port(upstream.source(upstream.CELERY), PORTED)
@@ -46,7 +45,8 @@ def _ported(path: Path) -> bool:
 
 
 def _test_id(item: pytest.Item) -> str:
-    return item.nodeid.split("/ported/", 1)[1]
+    """``test_tasks.py::test_tasks::test_name``: the id expectations.py uses."""
+    return item.nodeid.split("/ported/t/integration/", 1)[1]
 
 
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> pytest.Class | None:
@@ -93,7 +93,10 @@ def celery_session_worker(celery_session_app: object, redis_server: RedisServer)
         "REDIS_PORT": str(redis_server.port),
     }
     redis_server.client().flushall()  # once, as Celery's suite starts on an empty broker; not per test (below)
-    with WorkerProcess(["-c", "1", "-q", "default"], env=env, redis_url=redis_server.url) as process:
+    with (
+        WorkerProcess(["-c", "1", "-q", "default"], env=env, redis_url=redis_server.url) as process,
+        signals.worker_elsewhere("the suite's worker is a runworkers process, where Celery's test worker is a thread of the tests'"),
+    ):
         yield process
 
 

@@ -39,7 +39,13 @@ def get_redis_connection() -> redis.Redis:
 
 
 def get_active_redis_channels() -> list[bytes]:
-    return get_redis_connection().execute_command("PUBSUB CHANNELS")
+    """Celery's conftest lists the Redis pub/sub channels its Redis result backend subscribes to
+    (``celery-task-meta-<id>``, one per result awaited). Results here are read from the result
+    store, never through pub/sub: there are no such channels to list, so the question is refused."""
+    raise NotImplementedError(
+        "the result backend's pub/sub channels: results are read from the engine's result store, without pub/sub "
+        "(Celery's Redis backend subscribes to celery-task-meta-<id>)"
+    )
 
 
 def check_for_logs(caplog: pytest.LogCaptureFixture, message: str, max_wait: float = 1.0, interval: float = 0.1) -> bool:

@@ -10,25 +10,32 @@ changed by a rule that is not an import.
 What the rules do:
 - ``celery`` becomes ``jobsapp.celery`` (the project's mirror of Celery's module paths);
 - ``billiard`` (Celery's fork of multiprocessing) becomes the standard library's;
-- the suite's own ``conftest`` (Celery's session app and worker) becomes ``..harness``: our
-  fixtures, which start a real ``runworkers`` on the test Redis;
-- ``t.canvas_helpers`` and ``t.integration.tasks`` become the ported package's own modules.
+- the suite's own ``conftest`` (Celery's session app and worker) becomes ``harness``: our
+  fixtures, which start a real ``runworkers`` on the test Redis.
+
+The files keep their places in the sdist (``ported/t/integration/tasks.py``, ``ported/t/canvas_helpers.py``)
+and ``ported/`` is the root of their import path (``importable()``; pytest adds it when it collects
+the tests, as ``ported/`` is no package), so the tasks are named as in Celery's suite
+(``t.integration.tasks.add``) and the suite's own imports (``from .tasks``, ``from t.canvas_helpers``)
+stay as they are.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The upstream files the suite runs (paths inside the sdist), and where each lands in the package.
-FILES = {
-    "t/integration/tasks.py": "tasks.py",
-    "t/integration/test_tasks.py": "test_tasks.py",
-    "t/integration/test_canvas.py": "test_canvas.py",
-    "t/canvas_helpers.py": "canvas_helpers.py",
-}
+#: Where the ported files go (git-ignored): the root of their import path, not a package.
+PORTED = Path(__file__).resolve().parent / "ported"
+
+#: The upstream files the suite runs: their paths inside the sdist, which are also their paths in ``PORTED``.
+FILES = ("t/integration/tasks.py", "t/integration/test_tasks.py", "t/integration/test_canvas.py", "t/canvas_helpers.py")
+
+#: The packages of ``FILES`` (their ``__init__.py``, empty in the sdist, written by ``port``).
+PACKAGES = ("t", "t/integration")
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,7 @@ RULES = (
     Rule(r"^import celery$", "import jobsapp.celery as celery", ("test_tasks.py",)),
     Rule(r"^from celery(\.[\w.]+)? import ", r"from jobsapp.celery\1 import ", ("tasks.py", "test_tasks.py", "test_canvas.py")),
     Rule(r"^(\s+)from celery(\.[\w.]+)? import ", r"\1from jobsapp.celery\2 import ", ("tasks.py",)),
-    Rule(r"^from \.conftest import ", "from ..harness import ", ("test_tasks.py", "test_canvas.py")),
-    Rule(r"^from t\.canvas_helpers import ", "from .canvas_helpers import ", ("test_canvas.py",)),
+    Rule(r"^from \.conftest import ", "from tests.conformance.celery_integration.harness import ", ("test_tasks.py", "test_canvas.py")),
 )
 
 #: A line a rule may change: an import statement (possibly indented, as inside a function).
@@ -77,13 +83,20 @@ def port_text(name: str, text: str) -> str:
     return "".join(lines)
 
 
-def port(source: Path, destination: Path) -> Path:
-    """Write the ported package into ``destination`` (replaced whole) from the sdist's root ``source``."""
+def port(source: Path, destination: Path = PORTED) -> Path:
+    """Write the ported files into ``destination`` (replaced whole) from the sdist's root ``source``."""
     if destination.exists():
         shutil.rmtree(destination)
-    destination.mkdir(parents=True)
-    (destination / "__init__.py").write_text('"""Celery\'s integration suite, ported at test time by ../port.py (not kept in git)."""\n')
-    for upstream_path, name in FILES.items():
-        text = (source / upstream_path).read_text(encoding="utf-8")
-        (destination / name).write_text(port_text(name, text), encoding="utf-8")
+    for package in PACKAGES:
+        (destination / package).mkdir(parents=True)
+        (destination / package / "__init__.py").write_text('"""Ported at test time by celery_integration/port.py (not kept in git)."""\n')
+    for path in FILES:
+        text = (source / path).read_text(encoding="utf-8")
+        (destination / path).write_text(port_text(Path(path).name, text), encoding="utf-8")
     return destination
+
+
+def importable(root: Path = PORTED) -> None:
+    """Put the ported files' root on the import path (the worker process's way to ``t.integration.tasks``)."""
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))

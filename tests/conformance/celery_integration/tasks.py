@@ -6,6 +6,10 @@ The class-based task is registered here, as Celery's conftest registers it with 
 
 from jobsapp.celery import Celery
 
-from .ported import tasks as tasks
+from .port import importable
+
+importable()  # ported/ is the root of the suite's imports, as t/'s parent is in Celery's repository
+
+from t.integration import tasks  # noqa: E402  (importable only once its root is on the path)
 
 Celery("celery.tests").register_task(tasks.ClassBasedAutoRetryTask)
