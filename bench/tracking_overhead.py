@@ -2,7 +2,7 @@
 
 Starts its own throwaway redis-server and real ``runworkers`` processes (``-P 2 -c 10``) and, on
 SQLite (a fresh WAL file) and on PostgreSQL (``--postgres URL``, default the CI server; a database
-``tracking_bench`` is created there and dropped after), prints:
+``tracking_bench``, or ``--database NAME``, is created there and dropped after), prints:
 
 - the drain rate of 20,000 untracked no-op jobs, then of 20,000 tracked ones launched as one task
   with ``Task.objects.launch`` (jobs pushed while the queue is paused; the clock runs from
@@ -13,12 +13,16 @@ SQLite (a fresh WAL file) and on PostgreSQL (``--postgres URL``, default the CI 
   else writing to it meanwhile counts too);
 - how long launching a 100,000-job task takes (rows + push);
 - the API's poll latency (``GET /api/tasks/<id>/``, p50/p99, plain and with a matching
-  ``If-None-Match``) on that 100,000-job task while the workers drain it and write its events.
+  ``If-None-Match``) on that 100,000-job task while the workers drain it and write its events,
+  with the polling thread's CPU per poll (what the request itself costs; the rest of its time is
+  waiting for the database and for a core) and the load average before and after.
 
 Each database runs in a child process of this script (Django's settings are per process).
-Options: ``--jobs N`` (drain size), ``--poll-jobs N`` (task size for the poll phase),
-``--no-postgres``, ``--no-sqlite``, ``--py-spy FILE`` (``py-spy record --gil``, raw format, of one
-worker process during the tracked drain: where its GIL time goes).
+Options: ``--jobs N`` (drain size), ``--rounds N`` (untracked and tracked drains alternated N
+times, medians printed, each round too), ``--poll-jobs N`` (task size for the poll phase),
+``--no-postgres``, ``--no-sqlite``, ``--database NAME`` (the PostgreSQL database to create and
+drop), ``--py-spy FILE`` (``py-spy record --gil``, raw format, of one worker process during the
+tracked drain: where its GIL time goes).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +98,7 @@ def environment(database_url: str, redis_url: str) -> dict[str, str]:
 # --- the child: one database ---------------------------------------------------------------
 
 
-def measure(jobs: int, poll_jobs: int, py_spy: str | None = None) -> dict[str, object]:
+def measure(jobs: int, poll_jobs: int, py_spy: str | None = None, rounds: int = 1) -> dict[str, object]:
     import django
 
     django.setup()
@@ -176,20 +181,37 @@ def measure(jobs: int, poll_jobs: int, py_spy: str | None = None) -> dict[str, o
             results[f"{name}_writes"] = [(wal_after[0] - wal_before[0]) / jobs, (wal_after[1] - wal_before[1]) / jobs]
             return jobs / elapsed
 
-        before = int(redis.get(keys.STAT_PROCESSED) or 0)
-        results["untracked_rate"] = drain(
-            lambda: UntrackedNoop.perform_bulk([[index] for index in range(jobs)]),
-            lambda: int(redis.get(keys.STAT_PROCESSED) or 0) - before >= jobs,
-            "untracked",
-        )
-        holder: dict[str, Task] = {}
+        def processed(target: int) -> Callable[[], bool]:
+            """Done once ``stat:processed`` grew by ``target``: one Redis GET per look, the same for
+            both drains (a database query every 5 ms would take a good part of a core from the
+            workers on two cores, in the tracked drain only). A tracked job is acknowledged, and
+            so counted, only after the batch that wrote its final status and finished its task
+            committed (``jobsapp.hold_ack``), so the task is finished by then: checked below."""
+            start = int(redis.get(keys.STAT_PROCESSED) or 0)
+            return lambda: int(redis.get(keys.STAT_PROCESSED) or 0) - start >= target
+
         # written inline (not by LaunchChunk jobs in the drain), so the drain measures the runs
         inline = override_settings(TRACKING={"LAUNCH_INLINE_JOBS": jobs})
-        results["tracked_rate"] = drain(
-            lambda: holder.setdefault("task", inline(Task.objects.launch)(Noop, [[index] for index in range(jobs)])),
-            lambda: Task.objects.filter(pk=holder["task"].pk, finished_at__isnull=False).exists(),
-            "tracked",
-        )
+        rounds_seen: list[list[float]] = []
+        cpu_seen: dict[str, list[list[float]]] = {"untracked": [], "tracked": []}
+        for _ in range(rounds):  # alternating, so a change in the machine's load hits both
+            untracked = drain(lambda: UntrackedNoop.perform_bulk([[index] for index in range(jobs)]), processed(jobs), "untracked")
+            cpu_seen["untracked"].append(results["untracked_cpu"])  # type: ignore[arg-type]
+            holder: dict[str, Task] = {}
+            tracked = drain(
+                lambda: holder.setdefault("task", inline(Task.objects.launch)(Noop, [[index] for index in range(jobs)])),  # noqa: B023
+                processed(jobs),
+                "tracked",
+            )
+            cpu_seen["tracked"].append(results["tracked_cpu"])  # type: ignore[arg-type]
+            if not Task.objects.filter(pk=holder["task"].pk, finished_at__isnull=False).exists():
+                raise RuntimeError("every tracked job was acknowledged but the task is not finished")
+            rounds_seen.append([untracked, tracked])
+        results["rounds"] = rounds_seen
+        results["untracked_rate"] = sorted(pair[0] for pair in rounds_seen)[len(rounds_seen) // 2]
+        results["tracked_rate"] = sorted(pair[1] for pair in rounds_seen)[len(rounds_seen) // 2]
+        for name, seen in cpu_seen.items():  # medians per column
+            results[f"{name}_cpu"] = [sorted(column)[len(column) // 2] for column in zip(*seen, strict=True)]
 
         # Poll latency on a big task while the workers write its events.
         user = get_user_model().objects.create_user(f"bench-{time.time_ns()}")
@@ -202,17 +224,22 @@ def measure(jobs: int, poll_jobs: int, py_spy: str | None = None) -> dict[str, o
         url = f"/api/tasks/{task.pk}/"
         plain: list[float] = []
         conditional: list[float] = []
+        plain_cpu: list[float] = []  # this thread's CPU per poll: our code (and Django's, DRF's)
         with override_settings(TRACKING={"API_THROTTLE_RATE": "1000000/min"}):
             redis.srem(keys.PAUSED, "bench")
+            load_before = os.getloadavg()[0]
             while not Task.objects.filter(pk=task.pk, finished_at__isnull=False).exists():
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.thread_time()
                 response = client.get(url)
                 plain.append((time.perf_counter() - started) * 1000)
+                plain_cpu.append((time.thread_time() - cpu) * 1000)
                 started = time.perf_counter()
                 client.get(url, HTTP_IF_NONE_MATCH=response["ETag"])
                 conditional.append((time.perf_counter() - started) * 1000)
         results["poll_plain"] = [percentile(plain, 0.5), percentile(plain, 0.99), len(plain)]
         results["poll_conditional"] = [percentile(conditional, 0.5), percentile(conditional, 0.99), len(conditional)]
+        results["poll_cpu"] = [percentile(plain_cpu, 0.5), percentile(plain_cpu, 0.99)]
+        results["poll_load"] = [load_before, os.getloadavg()[0]]
     finally:
         os.killpg(workers.pid, 15)
         workers.wait(60)
@@ -236,14 +263,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--poll-jobs", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=1, help="alternating untracked/tracked drains (medians printed)")
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--database", default="tracking_bench", help="the PostgreSQL database to create, use and drop")
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--no-sqlite", action="store_true")
     parser.add_argument("--py-spy", metavar="FILE", help="py-spy record --gil (raw) of one worker during the tracked drain")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
-        print(json.dumps(measure(options.jobs, options.poll_jobs, options.py_spy)))
+        print(json.dumps(measure(options.jobs, options.poll_jobs, options.py_spy, options.rounds)))
         return
 
     from tests.redis_server import RedisServer
@@ -253,13 +282,13 @@ def main() -> None:
     directory = Path(tempfile.mkdtemp(prefix="tracking-bench-"))
     databases = [] if options.no_sqlite else [("SQLite", f"sqlite:///{directory / 'bench.sqlite3'}")]
     if not options.no_postgres:
-        databases.append(("PostgreSQL", postgres_database(options.postgres, "tracking_bench", drop=False)))
+        databases.append(("PostgreSQL", postgres_database(options.postgres, options.database, drop=False)))
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; workers {' '.join(WORKER_ARGS)}")
     try:
         for label, url in databases:
             server.client().flushall()
             child = subprocess.run(
-                [sys.executable, "-m", "bench.tracking_overhead", "--child", "--jobs", str(options.jobs),
+                [sys.executable, "-m", "bench.tracking_overhead", "--child", "--jobs", str(options.jobs), "--rounds", str(options.rounds),
                  "--poll-jobs", str(options.poll_jobs), *(["--py-spy", options.py_spy] if options.py_spy else [])],
                 cwd=ROOT, env=environment(url, server.url), capture_output=True, text=True, check=False,
             )  # fmt: skip
@@ -272,6 +301,8 @@ def main() -> None:
                 (f"{label} ({result['database']}): drain {options.jobs:,} untracked no-op jobs", f"{untracked:,.0f} jobs/s"),
                 (f"{label}: drain {options.jobs:,} tracked no-op jobs (one task)",
                  f"{tracked:,.0f} jobs/s ({tracked / untracked:.0%} of untracked)"),
+                (f"{label}: each round, untracked / tracked jobs/s",
+                 "; ".join(f"{pair[0]:,.0f} / {pair[1]:,.0f} ({pair[1] / pair[0]:.0%})" for pair in result["rounds"])),
                 (f"{label}: CPU per job, untracked / tracked (workers; database server)",
                  "{:.0f} / {:.0f} µs; {:.0f} / {:.0f} µs".format(
                      result["untracked_cpu"][0], result["tracked_cpu"][0], result["untracked_cpu"][1], result["tracked_cpu"][1])),
@@ -282,13 +313,15 @@ def main() -> None:
                  "p50 {:.2f} ms, p99 {:.2f} ms ({} polls)".format(*result["poll_plain"])),
                 (f"{label}: same poll with If-None-Match (304 when unchanged)",
                  "p50 {:.2f} ms, p99 {:.2f} ms ({} polls)".format(*result["poll_conditional"])),
+                (f"{label}: that poll's CPU in the polling thread (the rest of its time is waiting)",
+                 "p50 {:.2f} ms, p99 {:.2f} ms; load average {:.1f} -> {:.1f}".format(*result["poll_cpu"], *result["poll_load"])),
             ]  # fmt: skip
-            for row in rows[-(7 if label == "PostgreSQL" else 6) :]:
+            for row in rows[-(9 if label == "PostgreSQL" else 8) :]:
                 print(*row, sep=": ")
     finally:
         server.stop()
         if not options.no_postgres:
-            postgres_database(options.postgres, "tracking_bench", drop=True)
+            postgres_database(options.postgres, options.database, drop=True)
     print("\n| measure | result |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")
