@@ -42,23 +42,32 @@ class EventHandle:
     ) -> None:
         self.job_id = job_id
         self.item = item
-        self.flush_interval_seconds = (
-            tracking_settings.MESSAGE_FLUSH_INTERVAL_SECONDS if flush_interval_seconds is None else flush_interval_seconds
-        )
+        self._flush_interval_seconds = flush_interval_seconds
         self._clock = clock
         self._lock = threading.Lock()
         self._buffer: list[MessageEntry] = []
         # (done, total) for the next message, per thread; made on first use (most jobs never report one)
         self._fraction: threading.local | None = None
         self._last_flush = clock()
+        # Whether this run records inline (records_inline(), asked once by start: the thread's
+        # transaction state is the same when the run ends, and asking costs a connection lookup)
+        self._inline: bool | None = None
+
+    @property
+    def flush_interval_seconds(self) -> float:
+        """``MESSAGE_FLUSH_INTERVAL_SECONDS`` unless given: read only by a job that reports messages."""
+        if self._flush_interval_seconds is None:
+            self._flush_interval_seconds = float(tracking_settings.MESSAGE_FLUSH_INTERVAL_SECONDS)
+        return self._flush_interval_seconds
 
     def start(self) -> bool | None:
         """Record ``working`` (recording the job's enqueue first if its event is missing: a job
         pushed by Ruby, or before tracking was installed). Not waited for: None, unless recorded
         inline (False when the event is final already: a late duplicate)."""
         self._last_flush = self._clock()
+        self._inline = inline = records_inline()
         change = Change(self.job_id, START, timezone.now(), item=self.item)
-        return record_change(change, wait=False)
+        return record_change(change, wait=False, inline=inline)
 
     def add_message(self, message: str) -> None:
         """Append a progress message ("row 3,412 of 10,000"); written in batches."""
@@ -106,11 +115,13 @@ class EventHandle:
         the engine acknowledges the job: waited for here, or, for an ending the job's ack follows
         (``acknowledged``) in a worker's processor thread, held with that ack (None then)."""
         change = Change(self.job_id, transition, timezone.now(), message=message, entries=self._take())
-        if acknowledged and record_change_held(change):
+        if acknowledged and record_change_held(change, inline=self._inline):
             return None
-        return record_change(change, wait=True)
+        return record_change(change, wait=True, inline=self._inline)
 
     def _take(self) -> list[MessageEntry]:
+        if not self._buffer:  # most jobs report no message (one appended now races the same with the lock)
+            return []
         with self._lock:
             entries, self._buffer = self._buffer, []
             self._last_flush = self._clock()

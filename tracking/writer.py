@@ -392,19 +392,21 @@ def records_inline() -> bool:
     return not tracking_settings.BATCH_WRITES or connection.in_atomic_block
 
 
-def record_change_held(change: Change) -> bool:
+def record_change_held(change: Change, *, inline: bool | None = None) -> bool:
     """Record ``change`` through this process's writer with the job's acknowledgement held until
     it is committed (a worker's processor thread: ``jobsapp.hold_ack``), without waiting here;
     False, with nothing recorded, where that cannot be done (recording inline, or a thread that
-    does not hold acks): the caller records it with ``record_change(..., wait=True)``."""
-    if records_inline():
+    does not hold acks): the caller records it with ``record_change(..., wait=True)``.
+    ``inline``: what ``records_inline()`` answered for this thread already (None: ask it)."""
+    if records_inline() if inline is None else inline:
         return False
     return get_writer().submit_held(change)
 
 
-def record_change(change: Change, *, wait: bool) -> bool | None:
+def record_change(change: Change, *, wait: bool, inline: bool | None = None) -> bool | None:
     """Record ``change`` through this process's writer, or inline when the caller is inside a
-    transaction (or batching is off). Returns whether the event changed; None when not waited for."""
-    if records_inline():
+    transaction (or batching is off). Returns whether the event changed; None when not waited for.
+    ``inline``: what ``records_inline()`` answered for this thread already (None: ask it)."""
+    if records_inline() if inline is None else inline:
         return launching.apply([change])[0]
     return get_writer().submit(change, wait=wait)
