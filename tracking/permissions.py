@@ -34,6 +34,17 @@ def visible_tasks(user: Any, *, through: str = "") -> Q:
     return mine
 
 
+def visible_tasks_sql(user: Any, alias: str) -> tuple[str, list[Any]] | None:
+    """``visible_tasks`` as a SQL condition on the task table named ``alias``, with its
+    parameters (for a statement of fixed text: ``tracking.summary``); None for a user who may see
+    nothing (anonymous)."""
+    if user is None or not user.is_authenticated or user.pk is None:
+        return None
+    if is_staff(user):
+        return f"({alias}.owner_id = %s OR {alias}.owner_id IS NULL)", [user.pk]
+    return f"{alias}.owner_id = %s", [user.pk]
+
+
 class TrackingAccess(BasePermission):
     """Authenticated callers only; which tasks they see is ``visible_tasks``'s business."""
 

@@ -2,8 +2,10 @@
 
 Every query is scoped to the caller (``tracking.permissions.visible_tasks``: their own tasks, plus
 ownerless ones for staff), so another user's task or event answers 404 exactly as a missing one.
-Anonymous callers are refused whatever the project's DRF default permission is. The task summary is one query: the task row with its few
-counter shards summed (``Task.objects.with_counts()``); it carries an ETag built from the task's
+Anonymous callers are refused whatever the project's DRF default permission is. The task summary
+is one statement of fixed text: the task row with its few counter shards summed and, on
+PostgreSQL, the running jobs' messages when its progress needs their fractions
+(``tracking.summary``); it carries an ETag built from the task's
 ``revision`` and the shards' change count, and a repeated ``If-None-Match`` gets 304 while nothing
 changed. ``POST /api/tasks/<id>/cancel/`` cancels the task (``tracking.launching.cancel``), with
 the same scoping (another user's task: 404) and DRF's CSRF check for session callers.
@@ -37,7 +39,7 @@ from rest_framework.throttling import UserRateThrottle
 
 from jobsapp.login import to_login
 
-from . import launching
+from . import launching, summary
 from .conf import tracking_settings
 from .models import Event, EventStatus, Task, reported_fraction
 from .permissions import TrackingAccess, visible_tasks
@@ -196,7 +198,10 @@ class TaskViewSet(OwnedTasks, viewsets.ReadOnlyModelViewSet):
         parameters=[OpenApiParameter("If-None-Match", OpenApiTypes.STR, OpenApiParameter.HEADER), RUNNING_PARAMETER],
     )
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        task = self.get_object()
+        task_id = self.kwargs["pk"]
+        task = summary.read(task_id, request.user) if plausible_id(task_id) else None  # one statement
+        if task is None:
+            raise Http404
         with_running = request.query_params.get("running") in ("1", "true")
         etag = task.etag if not with_running else task.etag[:-1] + '.running"'
         headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
