@@ -12,8 +12,9 @@ rows whose key the job carries are called, in table order:
 - ``run(job, item, call)``, around the run with its server middleware: results writes the record
   ``running``, then ``succeeded`` with the value;
 - ``guard`` (``hook(running, call)``, a ``Run``), around ``perform`` inside the middleware:
-  timeouts and cancels (every job: the worker's watchdog guard, under the job's timeout or none,
-  where a cancel raises ``JobCancelled``; for an async job the lane cancels its coroutine), then
+  timeouts and cancels (every job: a job with a ``timeout`` under the worker's watchdog guard, any
+  other noted where a cancel finds its thread, which costs it no lock; a cancel raises
+  ``JobCancelled``; for an async job the lane cancels its coroutine), then
   limits (the queue's limit, and the holder that gives back the concurrent slots a run still
   holds when it ends: every job, since ``perform`` may take a slot with no payload key saying so);
 - ``finish(client, item, fate, ...)``, once its life (or this run of it) ended;
@@ -239,8 +240,10 @@ def _check_timeout(client: redis.Redis, item: Item) -> None:
 
 
 def _within_timeout(run: Run, call: Call) -> Call:
-    """Every job's ``perform`` is interruptible: under its timeout, or an endless guard that only a
-    cancel (``jobsapp.api.cancel``) interrupts."""
+    """Every job's ``perform`` is interruptible by a cancel (``jobsapp.api.cancel``): a job with a
+    ``timeout`` under its guard, any other where the worker finds its thread when a cancel comes."""
+    if options.TIMEOUT_KEY not in run.item:  # most jobs: no guard, no lock
+        return run.cancellable(call)
     return run.within_timeout(options.timeout_seconds(run.item), call)
 
 
@@ -265,6 +268,10 @@ class Run(Protocol):
     def within_timeout(self, seconds: float | None, call: Call) -> Call:
         """``call`` failing with ``JobTimeout`` past ``seconds`` (None: no timeout), and with
         ``JobCancelled`` when the job is cancelled."""
+        ...
+
+    def cancellable(self, call: Call) -> Call:
+        """``call`` failing with ``JobCancelled`` when the job is cancelled (no timeout)."""
         ...
 
     def within_limits(self, call: Call) -> Call:
@@ -303,7 +310,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature(name="batches", key=batch.BATCH_KEY, end=_settle_batch),
     Feature(name="expiry", key=expiry.EXPIRES_AT_KEY, admit=_drop_expired),
     Feature(name="timeouts", key=options.TIMEOUT_KEY, start=_check_timeout),
-    # every job: its timeout's guard, or an endless one, so that a cancel can interrupt it
+    # every job: its timeout's guard, or a note of its thread, so that a cancel can interrupt it
     Feature(name="cancel", key=None, guard=_within_timeout),
     # every job: ``perform`` may take a limiter's slot with no payload key saying so
     Feature(name="limits", key=None, guard=_within_limits),

@@ -23,8 +23,9 @@ What becomes of the job is returned to the manager, which acknowledges it in the
   in its thread, filed as any exception below (an async job's coroutine is cancelled instead and
   ``JobTimeout`` raised in its place, ``aio``);
 - cancelled (``jobsapp.api.cancel``; ``cancel`` here, called by the process's cancel listener):
-  ``JobCancelled`` raised in its thread as a timeout's ``JobTimeout`` is (every sync perform runs
-  inside the watchdog's guard), an async job's coroutine cancelled (``aio``): acknowledged, counted
+  ``JobCancelled`` raised in its thread as a timeout's ``JobTimeout`` is (the watchdog finds the
+  thread that runs its perform: ``Watchdog.cancellable``), an async job's coroutine cancelled
+  (``aio``): acknowledged, counted
   failed, never retried, ending ``CANCELLED`` through the door;
 - any other exception: ``RetryPolicy`` files it in retry or dead atomically with its ack.
 
@@ -48,7 +49,6 @@ line at start and one at the end of each job.
 from __future__ import annotations
 
 import logging
-import math
 import re
 import threading
 import time
@@ -452,17 +452,26 @@ class _Admitted:
 
     def within_timeout(self, seconds: float | None, call: Callable[[], Any]) -> Callable[[], Any]:
         """A sync job: inside the watchdog's guard, where a cancel (``Processor.cancel``) raises
-        JobCancelled, and with ``seconds`` JobTimeout past them, the job filed at the hard limit
-        (``Processor._file_stuck``). An async job: its coroutine is cancelled past ``seconds``
-        (``aio.perform`` reads ``async_timeout_seconds``) or by a cancel (``AsyncLane.cancel``)."""
+        JobCancelled, and JobTimeout past ``seconds``, the job filed at the hard limit
+        (``Processor._file_stuck``); None: ``cancellable``. An async job: its coroutine is
+        cancelled past ``seconds`` (``aio.perform`` reads ``async_timeout_seconds``) or by a
+        cancel (``AsyncLane.cancel``)."""
         if self.job_class.is_async:
             self.async_timeout_seconds = seconds
             return call
         processor, queue = self.processor, self.unit.queue
-        if seconds is None:  # no timeout: an endless guard, only a cancel interrupts it
-            return processor.watchdog.within(math.inf, call, class_name=self.class_name, jid=self.jid, queue=queue)
+        if seconds is None:  # no timeout (a null ``timeout``): only a cancel interrupts it
+            return processor.watchdog.cancellable(call, jid=self.jid)
         stuck = partial(processor._file_stuck, self.unit, self.item, self.job_class, seconds)
         return processor.watchdog.within(seconds, call, on_stuck=stuck, class_name=self.class_name, jid=self.jid, queue=queue)
+
+    def cancellable(self, call: Callable[[], Any]) -> Callable[[], Any]:
+        """A sync job without a timeout: noted where a cancel (``Processor.cancel``) finds its
+        thread and raises JobCancelled, with no guard and no lock (``Watchdog.cancellable``). An
+        async job: as it is (the lane cancels its coroutine, ``AsyncLane.cancel``)."""
+        if self.job_class.is_async:
+            return call
+        return self.processor.watchdog.cancellable(call, jid=self.jid)
 
     def within_limits(self, call: Callable[[], Any]) -> Callable[[], Any]:
         """Inside its queue's limit (``QUEUE_LIMITS``), as the holder of the limiter slots it takes:

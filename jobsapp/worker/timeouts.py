@@ -35,24 +35,30 @@ process: its other in-flight jobs go back to the front of their queues, and the 
 supervisor starts a fresh process in its slot.
 
 Cancelling (``jobsapp.api.cancel``; the request reaches this process through
-``cancel_listener``) uses the same guard: every sync perform runs inside one (a job without a
-timeout under an infinite one: a guard entered and left, two lock acquisitions, about 4 us a job,
-and no watchdog thread for it), and ``cancel(jid)`` raises ``JobCancelled`` in the thread whose
-guard runs that jid, under the same rules as a timeout: delivered at the next bytecode, a
-blocking C call stops when it returns, never outside the guard, cleared when perform returned
-first (a cancel racing the job's own end leaves one outcome: the job's, or the cancel's). A jid
-asked for while no guard runs it is remembered for ``cancellation.RETENTION_SECONDS``: a guard
-entered for it raises ``JobCancelled`` before perform is called. A cancelled job is never filed by
+``cancel_listener``): ``cancel(jid)`` raises ``JobCancelled`` in the thread that runs that jid's
+``perform``, under the same rules as a timeout: delivered at the next bytecode, a blocking C call
+stops when it returns, never outside ``perform``, cleared when perform returned first (a cancel
+racing the job's own end leaves one outcome: the job's, or the cancel's). A job with a timeout is
+found through its guard. A job without one (most jobs) pays no guard and no lock: it runs through
+``cancellable``, which notes ``thread id -> (jid, thread id)`` (a new tuple per run) in a dict before perform and pops it
+after (two dict operations, atomic under the GIL), and the thread is looked up only when a cancel
+arrives. Whoever pops the entry owns it: a cancel pops it under the lock and then interrupts the
+thread; a thread that finds its entry gone knows a cancel took it and takes the lock itself, which
+waits for the interrupt to be raised, then clears it if it was not delivered yet (``_settle``).
+A jid asked for while no thread runs it is remembered for ``cancellation.RETENTION_SECONDS``: a
+guard or ``cancellable`` perform started for it raises ``JobCancelled`` before perform is called
+(each notes its thread first and reads the requests after, and a cancel remembers first and looks
+for the thread after, so one of the two always sees the other). A cancelled job is never filed by
 the hard limit (which is for timeouts).
 
 Lease expiry (``expire_leases``): a process that finds it was declared dead (fencing, see
-heartbeat.py and launcher.py) raises ``LeaseExpired`` in every sync job running under a guard
-(every sync job, since every one runs under a guard), through the same guarded
-``PyThreadState_SetAsyncExc``, before it exits: another process owns those jobs now.
+heartbeat.py and launcher.py) raises ``LeaseExpired`` in every sync job running now, under a
+guard or ``cancellable``, through the same guarded ``PyThreadState_SetAsyncExc``, before it exits:
+another process owns those jobs now.
 
 The processor reaches the watchdog through the door's table (``jobsapp.ending``'s ``timeouts``
-row: ``start`` checks the option, ``guard`` asks the processor's per-job record for
-``within_timeout``), so a job without ``timeout`` pays one dict lookup.
+row: ``start`` checks the option; its ``cancel`` row's guard asks the processor's per-job record
+for ``within_timeout`` when the job has a ``timeout``, else for ``cancellable``).
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ import logging
 import math
 import os
 import threading
+from _thread import get_ident
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -159,6 +166,12 @@ class Watchdog(Component):
         self._guards: dict[int, Guard] = {}  # thread id -> the guard it is inside
         self._pid = 0
         self._cancel_requests: dict[str, float] = {}  # jid -> when its cancel was asked (monotonic), oldest first
+        # thread id -> (jid, thread id) of a ``cancellable`` perform running now: written and popped
+        # by its thread without the lock; popped by a cancel or a lease expiry under the lock
+        self._performing: dict[int, tuple[str, int]] = {}
+        # thread id -> jid of a ``cancellable`` perform a cancel or a lease expiry interrupted,
+        # until its thread has settled (under the lock)
+        self._interrupted: dict[int, str] = {}
         self.fired_total = 0
         self.stuck_total = 0
         self.cancelled_total = 0
@@ -204,10 +217,68 @@ class Watchdog(Component):
 
         return guarded
 
+    def cancellable(self, call: Callable[[], Any], *, jid: str) -> Callable[[], Any]:
+        """``call`` (a sync perform without a timeout), to be called in the thread that runs it,
+        where ``cancel(jid)`` raises JobCancelled (and ``expire_leases`` LeaseExpired) as a guard
+        would, without a guard: two dict operations and no lock while nobody cancels it. Whatever
+        the moment the exception is delivered, it leaves this function as the job's exception,
+        never later."""
+        performing, requests = self._performing, self._cancel_requests
+
+        def perform() -> Any:
+            ident = get_ident()
+            entry = (jid, ident)  # a new tuple each run, told apart by identity: a cancel pops only the entry it found
+            performing[ident] = entry  # noted before the requests are read (see the module header)
+            error: BaseException | None = None
+            try:
+                # inside the try: a JobCancelled delivered as it returns is the job's
+                if requests and jid in requests:  # its cancel was asked before it started: perform is not called
+                    raise JobCancelled("the job was cancelled before it started")
+                result = call()
+            except BaseException as exception:  # noqa: BLE001  # re-raised below, once the entry is settled
+                error = exception
+            # As in ``within``: every call below is made from this frame, inside a try, so an
+            # exception pending when one starts is caught here.
+            try:
+                if performing.pop(ident, None) is not entry:  # a cancel took it: its exception may be pending
+                    self._settle(ident, entry)
+            except (JobCancelled, LeaseExpired) as late:  # raised as perform returned, delivered while settling
+                self._settle(ident, entry)  # nothing is pending any more
+                error = late
+            if error is not None:
+                raise error
+            return result
+
+        return perform
+
+    def _settle(self, ident: int, entry: tuple[str, int]) -> None:
+        """In a ``cancellable`` perform's thread whose entry a cancel or a lease expiry took:
+        under the lock, so after the interrupt was raised, clear it if it was not delivered yet,
+        and forget the entry (also one a cancel put back after taking it by mistake)."""
+        with self._lock:
+            self.interrupt(ident, None)
+            self._interrupted.pop(ident, None)
+            if self._performing.get(ident) is entry:
+                del self._performing[ident]
+
+    def _take_performing(self, ident: int, entry: tuple[str, int], exception: type[BaseException]) -> bool:
+        """Under the lock: pop ``entry`` (a ``cancellable`` perform seen running) and raise
+        ``exception`` in its thread; False when its thread had left that perform meanwhile (an
+        entry of its next perform, popped by mistake, is put back: that thread's ``_settle``
+        takes the lock before it reads it)."""
+        taken = self._performing.pop(ident, None)
+        if taken is not entry:
+            if taken is not None:
+                self._performing[ident] = taken
+            return False
+        self._interrupted[ident] = entry[0]
+        self.interrupt(ident, exception)
+        return True
+
     def expire_leases(self) -> int:
-        """Raise ``LeaseExpired`` in every sync job running under a guard now (its process was
-        declared dead); how many. Each guard fires once: a job already past its timeout keeps
-        the JobTimeout it was given."""
+        """Raise ``LeaseExpired`` in every sync job running now (its process was declared dead);
+        how many. Each guard fires once: a job already past its timeout keeps the JobTimeout it
+        was given."""
         with self._lock:
             expired = 0
             for guard in self._guards.values():
@@ -216,11 +287,13 @@ class Watchdog(Component):
                     guard.fired_with = LeaseExpired
                     self.interrupt(guard.thread_id, LeaseExpired)
                     expired += 1
+            for ident, entry in list(self._performing.items()):
+                expired += self._take_performing(ident, entry, LeaseExpired)
             return expired
 
     def cancel(self, jid: str) -> bool:
-        """Cancel the job ``jid``: JobCancelled raised in the thread whose guard runs it (True),
-        else remembered so a guard entered for it raises JobCancelled before perform (False)."""
+        """Cancel the job ``jid``: JobCancelled raised in the thread that runs its perform (True),
+        else remembered so a perform started for it raises JobCancelled before it is called (False)."""
         with self._lock:
             cancellation.remember(self._cancel_requests, jid, asked_at=self.clock.monotonic())
             for guard in self._guards.values():
@@ -230,12 +303,20 @@ class Watchdog(Component):
                     self.cancelled_total += 1
                     self.interrupt(guard.thread_id, JobCancelled)
                     return True
+            for ident, entry in list(self._performing.items()):
+                if entry[0] == jid and self._take_performing(ident, entry, JobCancelled):
+                    self.cancelled_total += 1
+                    return True
         return False
 
     def running(self) -> dict[int, tuple[float, GuardState]]:
-        """thread id -> (timeout seconds, state) of the guarded performs running now."""
+        """thread id -> (timeout seconds, state) of the sync performs running now: guarded ones,
+        and ``cancellable`` ones (an infinite timeout; FIRED once interrupted, until they left)."""
         with self._lock:
-            return {thread_id: (guard.timeout_seconds, guard.state) for thread_id, guard in self._guards.items()}
+            running = {ident: (math.inf, GuardState.RUNNING) for ident in list(self._performing)}
+            running.update((ident, (math.inf, GuardState.FIRED)) for ident in self._interrupted)
+            running.update((thread_id, (guard.timeout_seconds, guard.state)) for thread_id, guard in self._guards.items())
+            return running
 
     def start(self) -> None:
         """Start the thread (the first guard does; guards entered after a ``stop`` or in a forked

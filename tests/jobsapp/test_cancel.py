@@ -30,7 +30,7 @@ from jobsapp.worker.cancel_listener import CancelListener
 from jobsapp.worker.fetch import UnitOfWork
 from jobsapp.worker.processor import Processor
 from jobsapp.worker.retry import RetryPolicy
-from jobsapp.worker.timeouts import Watchdog
+from jobsapp.worker.timeouts import GuardState, LeaseExpired, Watchdog
 from tests.workers import wait_until
 
 pytestmark = pytest.mark.django_db  # a job run closes stale Django connections, as a worker does
@@ -164,6 +164,69 @@ def test_the_watchdog_never_delivers_a_cancel_outside_the_guard():
     with pytest.raises(JobCancelled):
         watchdog.within(math.inf, lambda: called.append("ran"), jid="j1")()
     assert called == []
+
+
+def test_a_job_without_a_timeout_is_cancelled_without_a_guard_and_never_outside_its_perform():
+    # Given a watchdog whose interrupts are recorded, and a job without a timeout noted by cancellable
+    calls: list[tuple[int, object]] = []
+    watchdog = Watchdog(interrupt=lambda thread_id, exception: calls.append((thread_id, exception)))
+    seen: list[object] = []
+
+    def perform() -> str:
+        seen.append(watchdog.running())
+        # When its cancel arrives while it runs (an interrupt recorded, not raised: as if it came
+        # just as perform returned, before the exception was delivered)
+        seen.append(watchdog.cancel("j1"))
+        return "value"
+
+    # Then its thread was found with no guard entered, the exception raised there once, and
+    # cleared as the perform left: the job keeps its own outcome, nothing is left behind
+    assert watchdog.cancellable(perform, jid="j1")() == "value"
+    ident = threading.get_ident()
+    assert seen == [{ident: (math.inf, GuardState.RUNNING)}, True]
+    assert calls == [(ident, JobCancelled), (ident, None)]
+    assert watchdog.running() == {} and watchdog._guards == {}
+    # And a later perform of the same jid raises JobCancelled before calling anything
+    called: list[str] = []
+    with pytest.raises(JobCancelled):
+        watchdog.cancellable(lambda: called.append("ran"), jid="j1")()
+    assert called == []
+    # And a job that is not cancelled pays no interrupt at all
+    calls.clear()
+    assert watchdog.cancellable(lambda: "other", jid="j2")() == "other" and calls == []
+
+
+def test_a_cancel_never_interrupts_the_next_perform_of_a_thread_it_found_running_an_earlier_one():
+    # Given a thread seen running jid j1, which has since started j2's perform
+    calls: list[tuple[int, object]] = []
+    watchdog = Watchdog(interrupt=lambda thread_id, exception: calls.append((thread_id, exception)))
+    ident = threading.get_ident()
+    seen_entry = ("j1", ident)
+    next_entry = ("j2", ident)
+    watchdog._performing[ident] = next_entry
+    # When the cancel of j1 takes the entry it found, Then nothing is raised and j2's entry stays
+    with watchdog._lock:
+        assert watchdog._take_performing(ident, seen_entry, JobCancelled) is False
+    assert calls == [] and watchdog._performing[ident] is next_entry
+
+
+def test_a_lease_expiry_interrupts_a_job_without_a_timeout():
+    # Given a job without a timeout running in another thread
+    calls: list[tuple[int, object]] = []
+    watchdog = Watchdog(interrupt=lambda thread_id, exception: calls.append((thread_id, exception)))
+    started, release = threading.Event(), threading.Event()
+    perform = watchdog.cancellable(lambda: started.set() or release.wait(10), jid="j1")
+    performing = threading.Thread(target=perform)
+    performing.start()
+    started.wait(10)
+    # When the process finds it was declared dead, Then LeaseExpired is raised in its thread, and
+    # the process sees it running (interrupted) until its perform has left
+    assert watchdog.expire_leases() == 1
+    assert calls == [(performing.ident, LeaseExpired)]
+    assert watchdog.running() == {performing.ident: (math.inf, GuardState.FIRED)}
+    release.set()
+    performing.join(10)
+    assert calls[-1] == (performing.ident, None) and watchdog.running() == {}
 
 
 def test_a_waiting_job_is_removed_and_ends_cancelled(redis, heard):
