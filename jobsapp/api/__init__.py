@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .lookup import Location, find_job
     from .outbox import Outbox, OutboxState, ParkedEntry
     from .periodic import PeriodicJob, PeriodicSet
-    from .processes import DurationHistogram, Process, ProcessSet, Work, WorkSet, job_durations
+    from .processes import DurationHistogram, Process, ProcessSet, Reserved, ReservedSet, Work, WorkSet, job_durations
     from .queues import Queue, QueueSummary
     from .records import JobRecord, Page, SortedEntry, decode_backtrace, encode_backtrace
     from .sorted_sets import DeadSet, JobSet, RetrySet, ScheduledSet, SearchPage
@@ -52,7 +52,9 @@ _LOCATIONS = {
     **dict.fromkeys(["Location", "find_job"], "lookup"),
     **dict.fromkeys(["Outbox", "OutboxState", "ParkedEntry"], "outbox"),
     **dict.fromkeys(["PeriodicJob", "PeriodicSet"], "periodic"),
-    **dict.fromkeys(["DurationHistogram", "Process", "ProcessSet", "Work", "WorkSet", "job_durations"], "processes"),
+    **dict.fromkeys(
+        ["DurationHistogram", "Process", "ProcessSet", "Reserved", "ReservedSet", "Work", "WorkSet", "job_durations"], "processes"
+    ),
     **dict.fromkeys(["Queue", "QueueSummary"], "queues"),
     **dict.fromkeys(["JobRecord", "Page", "SortedEntry", "decode_backtrace", "encode_backtrace"], "records"),
     **dict.fromkeys(["DeadSet", "JobSet", "RetrySet", "ScheduledSet", "SearchPage"], "sorted_sets"),
@@ -106,6 +108,8 @@ __all__ = [
     "ProcessSet",
     "Queue",
     "QueueSummary",
+    "Reserved",
+    "ReservedSet",
     "RetrySet",
     "ScheduledSet",
     "SearchPage",

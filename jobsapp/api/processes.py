@@ -11,6 +11,10 @@ Running jobs live in ``<identity>:work`` (Sidekiq 7+) or ``<identity>:workers`` 
 (or, from older writers, an object). ``WorkSet`` reads both for every live process in one
 pipeline, preferring ``:work``.
 
+``ReservedSet`` lists the jobs a live process has fetched and not started (its look-ahead): those
+of its in-flight list (``jobsapp:inflight:<identity>``, in every partition on a partitioned
+cluster; reliable fetch only, ours only) that its ``:work`` hash does not show running.
+
 Signals: ``quiet``/``stop``/``dump_threads`` LPUSH ``TSTP``/``TERM``/``TTIN`` onto
 ``<identity>-signals`` and set a 60 s TTL in one MULTI, exactly as Sidekiq's Web UI, so they reach
 Ruby processes too. Only identities present in ``processes`` are signalled: a form cannot make us
@@ -292,6 +296,46 @@ class WorkSet:
             if jid and entry.record.jid == jid:
                 return entry
         return None
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """A job a live process has fetched and not started."""
+
+    identity: str
+    record: JobRecord = field(compare=False)
+
+
+class ReservedSet:
+    """Jobs fetched and not started, per live process: its in-flight list minus what its heartbeat
+    shows running. The running jobs are as fresh as the last heartbeat, and a finished job stays
+    in the in-flight list until its acknowledgement (batched): a job that started or ended in the
+    last few seconds may still be listed. A process with basic fetch, or a Ruby one, has none."""
+
+    @staticmethod
+    @translate_errors
+    def all() -> list[Reserved]:
+        """In each process's fetch order (the in-flight list's), processes by identity."""
+        connection = get_redis()
+        partitions = list(keys.partitions())
+
+        def queue_commands(pipe: Any, identity: str) -> None:
+            pipe.exists(keys.process(identity))
+            pipe.hvals(keys.work(identity))
+            for index in partitions:
+                pipe.lrange(keys.in_partition(keys.inflight(identity), index), 0, -1)
+
+        reserved = []
+        for identity, (alive, running, *inflight) in _per_process(connection, queue_commands, each=2 + len(partitions)):
+            if not alive:
+                continue
+            started = {entry.record.jid for value in running if (entry := _work_entry(identity, b"", value)) is not None}
+            for raws in inflight:
+                for raw in reversed(raws or []):  # fetch.lua pushes each job at the head: the oldest is last
+                    record = JobRecord(raw)
+                    if record.jid and record.jid not in started:
+                        reserved.append(Reserved(identity=identity, record=record))
+        return reserved
 
 
 @translate_errors

@@ -174,8 +174,16 @@ class Inspect:
         return waiting or None
 
     def reserved(self, safe: bool | None = None) -> dict[str, Any] | None:
-        """Tasks a process has taken and not started: none (a process takes a job when a thread is free to run it)."""
-        return self._reply(lambda process: [])
+        """Tasks a process has fetched and not started (its look-ahead, Celery's prefetched tasks):
+        ``api.ReservedSet``, less those whose result record already says they started or ended
+        (the heartbeat that lists running jobs is a few seconds old at most)."""
+        waiting: dict[str, list[dict[str, Any]]] = {}
+        for reserved in api.ReservedSet.all():
+            record = results.get(reserved.record.jid)
+            if record is not None and record.status not in (results.QUEUED, results.SCHEDULED, results.RETRYING):
+                continue  # started (or done) since the heartbeat
+            waiting.setdefault(reserved.identity, []).append(_request(reserved.record.item, hostname=reserved.identity))
+        return self._reply(lambda process: waiting.get(process.identity, []))
 
     def registered(self, *taskinfoitems: Any) -> dict[str, Any] | None:
         """The task names defined (as in this process: every process imports the same ``tasks.py`` modules)."""

@@ -316,6 +316,20 @@ def test_work_set_reads_workers_of_6_4_and_work_of_7(redis):
     assert api.WorkSet.size() == 2
 
 
+def test_reserved_set_lists_fetched_jobs_a_process_has_not_started(redis):
+    # Given a live process running one job, whose in-flight list holds it and two more it fetched
+    # (fetch.lua pushes each at the head), and a dead process's in-flight list
+    running, first, second = data.job("PyJob", [1]), data.job("PyJob", [2]), data.job("PyJob", [3])
+    live = data.process(redis, running=[running])
+    for item in (running, first, second):
+        redis.lpush(keys.inflight(live), json.dumps(item))
+    redis.lpush(keys.inflight("gone:1:000000000000"), json.dumps(data.job("PyJob", [4])))
+    redis.sadd(keys.PROCESSES, "gone:1:000000000000")
+    # When the reserved jobs are listed, Then they are the fetched, unstarted ones of the live process, oldest first
+    reserved = api.ReservedSet.all()
+    assert [(entry.identity, entry.record.jid) for entry in reserved] == [(live, first["jid"]), (live, second["jid"])]
+
+
 # --- find_job and errors ------------------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jobsapp import middleware, registry, result_writer, results
+from jobsapp import keys, middleware, registry, result_writer, results
 from jobsapp.celery import AsyncResult, Celery, TimeoutError, chain, chord, group, revoke
 from jobsapp.celery.signals import (
     WorkerSignals,
@@ -23,6 +23,7 @@ from jobsapp.celery.signals import (
     worker_elsewhere,
     worker_ready,
 )
+from tests.jobsapp import sidekiq_data
 from tests.testapp.tasks import (
     WORKER_SIGNALS_KEY,
     celery_add,
@@ -192,6 +193,24 @@ def _has_celery_types() -> bool:
 
 
 @pytest.mark.skipif(not _has_celery_types(), reason="mypy or celery-types is not installed (pip install -r requirements-dev.txt)")
+def test_inspect_reserved_lists_the_tasks_a_process_fetched_and_has_not_started(redis):
+    # Given a live process that fetched three tasks (its in-flight list, as fetch.lua fills it):
+    # one it runs (its heartbeat shows it), one that started since (its result says so), one waiting
+    running, started, waiting = celery_add.delay(1, 1), celery_add.delay(2, 2), celery_add.delay(3, 3)
+    raws = redis.lrange("queue:default", 0, -1)[::-1]  # oldest first
+    identity = sidekiq_data.process(redis, running=[json.loads(raws[0])])
+    for raw in raws:
+        redis.lpush(keys.inflight(identity), raw)
+    redis.delete("queue:default")
+    result_writer.write_fields(started.id, {"status": results.RUNNING}, retain_seconds=60, wait=True)
+    # When Celery's inspect asks what is reserved, Then only the waiting task is, described as Celery does
+    reserved = Celery("inspect").control.inspect().reserved()
+    assert list(reserved) == [identity]
+    [request] = reserved[identity]
+    assert (request["id"], request["name"], request["args"]) == (waiting.id, celery_add.name, [3, 3])
+    assert request["hostname"] == identity and request["acknowledged"] is False and running.id != waiting.id
+
+
 @pytest.mark.parametrize("source", ["celery", "jobsapp.celery"])
 def test_a_celery_module_type_checks_against_both_apis(tmp_path, source):
     # Given a module written against Celery's API (checked with celery-types' stubs), When its
