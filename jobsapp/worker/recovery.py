@@ -6,10 +6,16 @@ at most once however many recoverers race):
 - at start, a process running in supervisor slot N on this host takes over the in-flight list
   of the previous occupant of that slot (``jobsapp:slot:<host>:<N>``) at once, when that
   process is gone (its pid is not alive here);
-- thread ``jobsapp.sweeper`` wakes every ~15 s (jittered), takes ``jobsapp:lock:sweep`` (one
-  sweeper at a time across all processes), and recovers every list in ``jobsapp:inflight``
-  whose owner's heartbeat key has expired, and drops such owners from ``processes``.
-  Liveness is the Redis TTL (server time), so clock
+- thread ``jobsapp.sweeper`` takes ``jobsapp:lock:sweep`` (one sweeper at a time across all
+  processes), and recovers every list in ``jobsapp:inflight`` whose owner's heartbeat key has
+  expired, and drops such owners from ``processes``. The fleet sweeps once per
+  ``ORPHAN_SWEEP_INTERVAL_SECONDS`` (15 s) in all, the processes in turn, in the order and on
+  the server clock the schedulers take their turns by (``jobsapp:schedulers``, scheduler.py):
+  with N processes each one wakes every N intervals, so the fleet's sweeping traffic does not
+  grow with the number of processes (each one sweeping every interval made it grow with its
+  square: every sweep reads every process's liveness). A sweeper built without an identity in
+  that list (a process whose scheduler has not polled yet) counts itself in; after a round
+  Redis failed, the next comes a jittered interval later. Liveness is the Redis TTL (server time), so clock
   skew between hosts cannot make a live process look dead. A sweeper sweeps only after its own
   heartbeat has succeeded twice in a row, so after a Redis outage every live process has had
   time to beat again before anyone decides who is dead.
@@ -37,7 +43,7 @@ import os
 import random
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import redis
 
@@ -52,6 +58,7 @@ from ..outcomes import DeadReason, RequeueReason
 from ..payload import RECOVERED_KEY, Item, compact_json, decode, encode_unchecked, malformed_item, now
 from ..processes import prune_dead
 from .retry import CrossPartitionFiling, dead_trim_args, with_error_fields
+from .scheduler import fleet, next_turn_seconds
 
 logger = logging.getLogger("jobsapp.recovery")
 
@@ -274,18 +281,31 @@ class Sweeper(PollingComponent):
         self.ready = ready
         self.rng = rng or random.Random()
 
-    def _next_round_seconds(self) -> float:
+    def _jittered_interval_seconds(self) -> float:
         return self.interval_seconds * self.rng.uniform(0.5, 1.5)
 
     def first_delay_seconds(self) -> float:
-        return self._next_round_seconds()
+        try:
+            return self.next_turn_seconds()
+        except SWEEP_ERRORS:  # Redis away at start: a jittered interval, as after a failed round
+            return self._jittered_interval_seconds()
 
     def retry_seconds(self, backoff_seconds: float) -> float:
-        return self._next_round_seconds()
+        return self._jittered_interval_seconds()
 
     def poll(self) -> float:
         self.sweep()
-        return self._next_round_seconds()
+        return self.next_turn_seconds()
+
+    def next_turn_seconds(self) -> float:
+        """The seconds until this process's next turn among the fleet's sweepers (see the header)."""
+        seconds, microseconds = self.client.time()
+        now = int(seconds) + int(microseconds) / 1_000_000
+        entries = cast("list[tuple[bytes, float]]", self.client.zrange(keys.SCHEDULERS, 0, -1, withscores=True))
+        live, _ = fleet(entries, now=now, poll_interval_seconds=float(jobs_settings.SCHEDULER_POLL_INTERVAL_SECONDS))
+        if self.identity not in live:
+            live = sorted([*live, self.identity])
+        return next_turn_seconds(now, rank=live.index(self.identity), fleet_size=len(live), interval_seconds=self.interval_seconds)
 
     def sweep(self) -> int:
         """Recover the lists of every process whose heartbeat has expired; returns jobs moved."""

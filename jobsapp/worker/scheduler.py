@@ -75,6 +75,16 @@ def next_turn_seconds(now: float, *, rank: int, fleet_size: int, interval_second
     return offset + rounds * cycle - now
 
 
+def fleet(entries: list[tuple[bytes, float]], *, now: float, poll_interval_seconds: float) -> tuple[list[str], list[str]]:
+    """The live and the stale identities of ``jobsapp:schedulers`` (its members and scores, read
+    at server time ``now``), the live ones sorted: their order is the order of their turns. An
+    entry not renewed within ``STALE_AFTER_ROUNDS`` rounds of the cadence is stale."""
+    everyone = {as_bytes(member).decode(errors="replace"): float(score) for member, score in entries}
+    oldest = now - STALE_AFTER_ROUNDS * len(everyone) * poll_interval_seconds - STALE_SLACK_SECONDS
+    live = sorted(identity for identity, seen in everyone.items() if seen >= oldest)
+    return live, [identity for identity in everyone if identity not in live]
+
+
 def queue_and_payload(member: bytes, *, enqueued_at: float, default_queue: str) -> tuple[str, bytes]:
     """The queue a due job goes to and the payload to push there: the job with ``enqueued_at``
     set (as Sidekiq's client sets it), or the member as it is when it is not a JSON job."""
@@ -209,10 +219,7 @@ class Scheduler(PollingComponent):
         pipe.zadd(keys.SCHEDULERS, {identity: now})
         pipe.zrange(keys.SCHEDULERS, 0, -1, withscores=True)
         _, entries = pipe.execute()
-        everyone = {as_bytes(member).decode(errors="replace"): float(score) for member, score in entries}
-        oldest = now - STALE_AFTER_ROUNDS * len(everyone) * self.poll_interval_seconds - STALE_SLACK_SECONDS
-        live = sorted(identity for identity, seen in everyone.items() if seen >= oldest)
-        stale = [identity for identity in everyone if identity not in live]
+        live, stale = fleet(entries, now=now, poll_interval_seconds=self.poll_interval_seconds)
         if stale:  # killed outright: their turns go to the others
             self.client.zrem(keys.SCHEDULERS, *stale)
         self.fleet_size = len(live)

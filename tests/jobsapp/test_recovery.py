@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import random
@@ -23,10 +24,10 @@ def job(number: int) -> str:
     return json.dumps({"class": Noop.wire_name(), "args": [number], "queue": "default", "jid": f"{number:024x}"})
 
 
-def sweeper_on(clock: ManualClock, *, client=None, ready=lambda: True) -> Sweeper:
+def sweeper_on(clock: ManualClock, *, client=None, ready=lambda: True, identity: str = SELF) -> Sweeper:
     return Sweeper(
         client=client or get_redis(),
-        identity=SELF,
+        identity=identity,
         interval_seconds=15.0,
         lock_seconds=60.0,
         ready=ready,
@@ -45,10 +46,10 @@ def test_a_round_puts_back_the_jobs_of_a_process_whose_heartbeat_expired_and_onl
     sweeper = sweeper_on(clock)
     sweeper.start()
     try:
-        # When it has started, Then it waits a jittered interval before its first round
+        # When it has started, Then it waits for its turn: alone in the fleet, within one interval
         clock.settle(1)
         (first,) = clock.waits
-        assert 7.5 <= first <= 22.5
+        assert 0 < first <= 15.0
         assert redis.llen(keys.inflight(DEAD)) == 2
         # When that interval passes
         clock.advance_and_settle(first)
@@ -57,9 +58,10 @@ def test_a_round_puts_back_the_jobs_of_a_process_whose_heartbeat_expired_and_onl
         requeued = [json.loads(raw) for raw in redis.lrange(keys.queue("default"), 0, -1)]
         assert sorted(item["args"][0] for item in requeued) == [1, 2]
         assert all(item[RECOVERED_KEY] == 1 for item in requeued)
-        # And the live process's job is untouched, and the next round is again a jittered interval
+        # And the live process's job is untouched, and the next round is its next turn: alone in
+        # the fleet, within one interval
         assert redis.llen(keys.inflight(LIVE)) == 1
-        assert 7.5 <= clock.waits[-1] <= 22.5
+        assert 0 < clock.waits[-1] <= 15.0
     finally:
         sweeper.stop()
 
@@ -108,3 +110,30 @@ def test_recovered_jobs_go_back_in_the_order_they_were_taken(redis):
     # Then they are at the front of their queue in their order: 1 is taken first again
     taken_next = [json.loads(raw)["args"][0] for raw in reversed(redis.lrange(keys.queue("default"), 0, -1))]
     assert taken_next == [1, 2, 3, 4, 5]
+
+
+def test_a_fleet_sweeps_once_per_interval_in_all_each_process_in_turn(redis):
+    # Given three live processes taking turns (their schedulers' entries in jobsapp:schedulers)
+    seconds, microseconds = redis.time()
+    now = seconds + microseconds / 1_000_000
+    fleet = ["host:1:aaaaaaaaaaaa", "host:2:bbbbbbbbbbbb", "host:3:cccccccccccc"]
+    redis.zadd(keys.SCHEDULERS, dict.fromkeys(fleet, now))
+    clock = ManualClock()
+    # When each one's sweeper asks for its next turn
+    turns = sorted(now + sweeper_on(clock, identity=identity).next_turn_seconds() for identity in fleet)
+    # Then each one waits at most three intervals, and their turns fall one interval apart: the
+    # fleet sweeps every 15 s, not each process every 15 s
+    assert all(now < turn <= now + 45.5 for turn in turns)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(turns)]
+    assert all(abs(gap - 15.0) < 0.5 for gap in gaps), gaps
+
+
+def test_a_sweeper_whose_scheduler_has_not_polled_yet_counts_itself_in(redis):
+    # Given two processes in jobsapp:schedulers, and a third that is not there yet
+    seconds, microseconds = redis.time()
+    now = seconds + microseconds / 1_000_000
+    redis.zadd(keys.SCHEDULERS, {"host:1:aaaaaaaaaaaa": now, "host:2:bbbbbbbbbbbb": now})
+    # When its sweeper asks for its next turn
+    wait = sweeper_on(ManualClock(), identity="host:3:cccccccccccc").next_turn_seconds()
+    # Then it takes a turn of a fleet of three
+    assert 0 < wait <= 45.5
