@@ -49,6 +49,7 @@ AUDIT_APP = {
             task_failure,
             task_postrun,
             task_prerun,
+            task_received,
             task_success,
             worker_ready,
         )
@@ -67,6 +68,11 @@ AUDIT_APP = {
         @worker_ready.connect
         def ready(sender=None, **kwargs):
             _log("worker_ready")
+
+
+        @task_received.connect
+        def received(sender=None, request=None, **kwargs):
+            _log("received", request.task, request.id, request.replaced_task_nesting)
 
 
         @task_prerun.connect
@@ -203,6 +209,8 @@ def test_a_fresh_project_runs_the_django_example_tasks_and_celery_style_hooks(tm
         caller_pids = {pid for pid, event, sender, task_id in (entry for entry in audit if entry[1] == "publish") if task_id == replaced_id}
         assert caller_pids and not caller_pids & worker_pids, audit
         ran = [entry[1:] for entry in audit if entry[0] in worker_pids and entry[1] != "publish"]
+        assert ["received", "audit.tasks.double_then_add", replaced_id, "0"] in ran, audit
+        assert any(entry[:2] == ["received", "audit.tasks.add"] and entry[3] == "1" for entry in ran), audit  # the replacement
         assert ["prerun", "audit.tasks.double_then_add", replaced_id, "[5,", "1]"] in ran, audit
         assert ["postrun", "audit.tasks.double_then_add", replaced_id, "IGNORED"] in ran, audit  # Celery's state for a replaced run
         assert any(entry[:2] == ["success", "audit.tasks.add"] and entry[-1] == "11" for entry in ran), audit
