@@ -236,15 +236,6 @@ class BufferedStreamHandler(logging.StreamHandler):
         elif not self._armed:
             self._arm()
 
-    def append_job_line(self, job_line: _JobLine) -> None:
-        """Keep a per-job line's fields until the next flush, which formats and writes it."""
-        pending = self._pending
-        pending.append(job_line)
-        if not self._armed:
-            self._arm()
-        elif len(pending) >= self.max_pending_lines:
-            self._write_reporting()
-
     def _arm(self) -> None:
         # Set before the flusher is told, cleared by flush() before it takes the waiting lines:
         # a line appended after that take sees the flag clear and arms the flusher again.
@@ -269,12 +260,10 @@ class BufferedStreamHandler(logging.StreamHandler):
     def _text_of(self, waiting: list[str | _JobLine]) -> str:
         """The waiting lines as the text to write: per-job lines formatted as this handler's
         formatter formats their records (``JobLines`` chose this handler for that formatter)."""
-        terminator = self.terminator
         if type(self.formatter) is JsonFormatter:
-            format_job_line = _json_job_line
-        else:
-            format_job_line = _TextLines().line
-        return "".join([(line if isinstance(line, str) else format_job_line(line)) + terminator for line in waiting])
+            terminator = self.terminator
+            return "".join([(line if isinstance(line, str) else _json_job_line(line)) + terminator for line in waiting])
+        return _text_lines(waiting, self.terminator)
 
     def _write_reporting(self) -> None:
         """``flush()`` from a line's emit or the flusher: a broken stream is reported as logging
@@ -383,6 +372,9 @@ class JobLines:
         self._direct: list[BufferedStreamHandler] | None = None
         self._recheck_at = 0
         self._generation = -1
+        #: The name of the thread a line comes from, read once per thread (``threading.current_thread()``
+        #: per line cost a tenth of the line); a thread renamed after its first line keeps its first name.
+        self._thread = threading.local()
 
     def started(self, class_name: str, jid: str, queue: str) -> None:
         nanoseconds = time.time_ns()
@@ -390,9 +382,18 @@ class JobLines:
         if direct is None:
             self._handle(self.STARTED, (class_name, jid, queue), nanoseconds)
             return
-        line = (nanoseconds, threading.current_thread().name, self._name, class_name, jid, queue, None)
-        for handler in direct:
-            handler.append_job_line(line)
+        try:
+            thread = self._thread.name
+        except AttributeError:  # this thread's first line
+            thread = self._thread.name = threading.current_thread().name
+        line = (nanoseconds, thread, self._name, class_name, jid, queue, None)
+        for handler in direct:  # the handler's queue, appended here: this runs twice per job
+            pending = handler._pending
+            pending.append(line)
+            if not handler._armed:
+                handler._arm()
+            elif len(pending) >= handler.max_pending_lines:
+                handler._write_reporting()
 
     def finished(self, class_name: str, jid: str, queue: str, elapsed_seconds: float) -> None:
         nanoseconds = time.time_ns()
@@ -400,9 +401,18 @@ class JobLines:
         if direct is None:
             self._handle(self.FINISHED, (class_name, jid, queue, round(elapsed_seconds * 1000, 1)), nanoseconds)
             return
-        line = (nanoseconds, threading.current_thread().name, self._name, class_name, jid, queue, elapsed_seconds)
-        for handler in direct:
-            handler.append_job_line(line)
+        try:
+            thread = self._thread.name
+        except AttributeError:  # this thread's first line
+            thread = self._thread.name = threading.current_thread().name
+        line = (nanoseconds, thread, self._name, class_name, jid, queue, elapsed_seconds)
+        for handler in direct:  # as in started()
+            pending = handler._pending
+            pending.append(line)
+            if not handler._armed:
+                handler._arm()
+            elif len(pending) >= handler.max_pending_lines:
+                handler._write_reporting()
 
     def _recheck(self, nanoseconds: int) -> list[BufferedStreamHandler] | None:
         self._generation = _generation
@@ -489,30 +499,32 @@ class JobLines:
         return known[2]
 
 
-class _TextLines:
-    """Formats a batch's per-job lines as ``TextFormatter`` formats their records (a job line
-    has a jid, so ``JobContextFilter``'s context is empty): the stamp made once per millisecond,
-    the head (pid, thread, level, logger) once per thread and logger in this process."""
-
-    __slots__ = ("_millisecond", "_stamp")
-
-    def __init__(self) -> None:
-        self._millisecond = -1
-        self._stamp = ""
-
-    def line(self, job_line: _JobLine) -> str:
-        nanoseconds, thread, logger_name, class_name, jid, queue, elapsed_seconds = job_line
+def _text_lines(waiting: list[str | _JobLine], terminator: str) -> str:
+    """``waiting`` as ``TextFormatter`` formats the records (a per-job line has a jid, so
+    ``JobContextFilter``'s context is empty), each line ended by ``terminator``: a stamp made
+    once per millisecond, the head (pid, thread, level, logger) once per thread and logger."""
+    parts: list[str] = []
+    add = parts.append
+    last_millisecond = -1
+    stamp = ""
+    heads = _text_heads
+    for line in waiting:
+        if isinstance(line, str):
+            add(line + terminator)
+            continue
+        nanoseconds, thread, logger_name, class_name, jid, queue, elapsed_seconds = line
         millisecond = nanoseconds // 1_000_000
-        if millisecond != self._millisecond:
-            self._millisecond = millisecond
-            self._stamp = utc_stamp(millisecond // 1000, millisecond % 1000)
-        head = _text_heads.get((thread, logger_name))
+        if millisecond != last_millisecond:
+            last_millisecond = millisecond
+            stamp = utc_stamp(millisecond // 1000, millisecond % 1000)
+        head = heads.get((thread, logger_name))
         if head is None:
-            head = _text_heads[(thread, logger_name)] = f" pid={_process_id} tid={thread} INFO {logger_name}: "
+            head = heads[(thread, logger_name)] = f" pid={_process_id} tid={thread} INFO {logger_name}: "
         if elapsed_seconds is None:  # JobLines.STARTED
-            return f"{self._stamp}{head}class={class_name} jid={jid} queue={queue} start"
-        # JobLines.FINISHED ("%.1f" of the rounded milliseconds is "%.1f" of the milliseconds)
-        return f"{self._stamp}{head}class={class_name} jid={jid} queue={queue} elapsed_ms={elapsed_seconds * 1000:.1f} done"
+            add(f"{stamp}{head}class={class_name} jid={jid} queue={queue} start{terminator}")
+        else:  # JobLines.FINISHED ("%.1f" of the rounded milliseconds is "%.1f" of the milliseconds)
+            add(f"{stamp}{head}class={class_name} jid={jid} queue={queue} elapsed_ms={elapsed_seconds * 1000:.1f} done{terminator}")
+    return "".join(parts)
 
 
 #: (thread name, logger name) -> the text between a per-job line's stamp and its message.
