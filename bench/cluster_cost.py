@@ -1,11 +1,15 @@
 """What cluster mode costs a drain (run by hand, not a test):
-``.venv/bin/python -m bench.cluster_cost [--jobs 5000] [--rounds 2] [--concurrency 10]``.
+``.venv/bin/python -m bench.cluster_cost [--jobs 5000] [--rounds 2] [--concurrency 10] [--baseline DIR]``.
 
 Drains ``--jobs`` empty jobs (``bench.jobs.NoopJob``) of one queue with one worker process
-(``runworkers -c --concurrency -P 1``) against a standalone redis-server, a one-master cluster and
-a three-master cluster, all started here on loopback, the three taking turns ``--rounds`` times
-(alternated, so a shared machine's load falls on each alike). Prints jobs per second of each run
-and each configuration's median, and the clusters' medians as a share of standalone's.
+(``runworkers -c --concurrency -P 1``) against a standalone redis-server, a one-master cluster, a
+three-master cluster with every key behind one hash tag and the same with the queue spread over
+three partitions (``CLUSTER_PARTITIONS = 3``), all started here on loopback, taking turns
+``--rounds`` times (alternated, so a shared machine's load falls on each alike). With
+``--baseline DIR`` (another checkout of the project, e.g. ``git archive <commit> | tar -x -C DIR``)
+a standalone drain by that checkout's worker takes its turn too: the same machine's before and
+after. Prints jobs per second of each run and each configuration's median, and the medians as a
+share of standalone's.
 """
 
 from __future__ import annotations
@@ -26,21 +30,28 @@ from tests.redis_cluster import RedisClusterServers  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
 
-def drain(url: str, *, cluster: bool, jobs: int, concurrency: int) -> float:
-    """Jobs per second of one drain of ``jobs`` empty jobs pushed beforehand."""
+def drain(url: str, *, cluster: bool, jobs: int, concurrency: int, partitions: int = 1, tree: Path = ROOT) -> float:
+    """Jobs per second of one drain of ``jobs`` empty jobs pushed beforehand, by a worker of the
+    checkout ``tree``."""
     from django.conf import settings
 
     from jobsapp import client, connection, keys
 
-    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": url, "REDIS_CLUSTER": cluster}
+    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_URL": url, "REDIS_CLUSTER": cluster, "CLUSTER_PARTITIONS": partitions}
     connection.reset()
     engine = connection.get_redis()
     for start in range(0, jobs, 1000):
         client.push_bulk({"class": "bench.jobs.NoopJob", "args": [[] for _ in range(min(1000, jobs - start))], "queue": "default"})
-    environment = {**os.environ, "REDIS_URL": url, "REDIS_CLUSTER": "1" if cluster else "0", "DJANGO_SETTINGS_MODULE": "bench.settings"}
+    environment = {
+        **os.environ,
+        "REDIS_URL": url,
+        "REDIS_CLUSTER": "1" if cluster else "0",
+        "REDIS_CLUSTER_PARTITIONS": str(partitions),
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+    }
     worker = subprocess.Popen(
         [sys.executable, "manage.py", "runworkers", "-c", str(concurrency), "-P", "1"],
-        cwd=ROOT,
+        cwd=tree,
         env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -63,6 +74,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--baseline", type=Path, default=None, help="another checkout whose worker drains standalone too")
     options = parser.parse_args()
     import django
 
@@ -70,20 +82,24 @@ def main() -> None:
     standalone = RedisServer().start()
     one_master = RedisClusterServers(masters=1).start()
     three_masters = RedisClusterServers(masters=3).start()
+    # (name, url, cluster, partitions, the worker's checkout)
     setups = [
-        ("standalone", standalone.url, False),
-        ("1-master cluster", one_master.url, True),
-        ("3-master cluster", three_masters.url, True),
+        ("standalone", standalone.url, False, 1, ROOT),
+        ("1-master cluster", one_master.url, True, 1, ROOT),
+        ("3-master cluster", three_masters.url, True, 1, ROOT),
+        ("3-master cluster, 3 partitions", three_masters.url, True, 3, ROOT),
     ]
-    rates: dict[str, list[float]] = {name: [] for name, _, _ in setups}
+    if options.baseline is not None:
+        setups.insert(1, ("standalone (baseline)", standalone.url, False, 1, options.baseline.resolve()))
+    rates: dict[str, list[float]] = {name: [] for name, *_ in setups}
     try:
         for round_number in range(options.rounds):
-            for name, url, cluster in setups:
+            for name, url, cluster, partitions, tree in setups:
                 if cluster:
                     (one_master if name.startswith("1") else three_masters).flushall()
                 else:
                     standalone.client().flushall()
-                rate = drain(url, cluster=cluster, jobs=options.jobs, concurrency=options.concurrency)
+                rate = drain(url, cluster=cluster, jobs=options.jobs, concurrency=options.concurrency, partitions=partitions, tree=tree)
                 rates[name].append(rate)
                 print(f"round {round_number + 1}: {name}: {rate:,.0f} jobs/s", flush=True)
     finally:

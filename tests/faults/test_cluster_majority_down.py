@@ -23,6 +23,8 @@ pytestmark = pytest.mark.slow
 
 JOBS = 2_000
 CONCURRENCY = 5
+#: the queue spread over the three masters (JOBSAPP["CLUSTER_PARTITIONS"])
+PARTITIONS = 3
 #: Frozen for three node timeouts: long enough for the cluster to declare the failure.
 FROZEN_SECONDS = 3 * NODE_TIMEOUT_MILLISECONDS / 1000
 
@@ -35,7 +37,7 @@ def cluster() -> Iterator[RedisClusterServers]:
 
 
 def test_two_of_three_masters_down_then_back_while_a_worker_drains(cluster, settings, ledger, start_worker, measure):
-    engine_settings = {"REDIS_URL": cluster.url, "REDIS_CLUSTER": True}
+    engine_settings = {"REDIS_URL": cluster.url, "REDIS_CLUSTER": True, "CLUSTER_PARTITIONS": PARTITIONS}
     settings.JOBSAPP = {**settings.JOBSAPP, **engine_settings}
     connection.reset()
     # Given a backlog on the cluster and a worker draining it

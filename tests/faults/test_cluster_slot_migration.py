@@ -23,6 +23,8 @@ pytestmark = pytest.mark.slow
 
 JOBS = 2_000
 CONCURRENCY = 5
+#: the queue spread over the three masters (JOBSAPP["CLUSTER_PARTITIONS"])
+PARTITIONS = 3
 
 
 @pytest.fixture
@@ -33,7 +35,7 @@ def cluster() -> Iterator[RedisClusterServers]:
 
 
 def test_the_engines_slot_migrates_while_a_worker_drains(cluster, settings, ledger, start_worker, measure):
-    engine_settings = {"REDIS_URL": cluster.url, "REDIS_CLUSTER": True}
+    engine_settings = {"REDIS_URL": cluster.url, "REDIS_CLUSTER": True, "CLUSTER_PARTITIONS": PARTITIONS}
     settings.JOBSAPP = {**settings.JOBSAPP, **engine_settings}
     connection.reset()
     # Given a backlog on the cluster and a worker draining it

@@ -61,43 +61,34 @@ def queue_sizes(name: str = "default") -> list[int]:
 
 
 def test_a_queues_jobs_land_on_every_partition_each_on_its_own_master_and_are_all_drained(partitioned):
-    # Given one queue's jobs pushed one by one and in bulk, in cluster mode with three partitions
+    # Given one queue's jobs pushed one by one and in bulk, in cluster mode with three partitions,
+    # and three failing ones pushed one by one
     for value in range(30):
         Record.perform_async(f"single-{value}")
     client.push_bulk({"class": Record.wire_name(), "args": [[f"bulk-{value}"] for value in range(60)]})
+    for _ in range(PARTITIONS):
+        ExplodeToDead.perform_async()
     # Then every partition's list of the queue holds a third of them, each on another master
-    assert queue_sizes() == [30, 30, 30]
+    assert queue_sizes() == [31, 31, 31]
     masters = per_partition(lambda: master_name(get_redis(), keys.queue("default")))
     assert len(set(masters)) == PARTITIONS
-    # and the operators see one queue of 90 jobs
-    assert [(queue.name, queue.size) for queue in api.Queue.summaries()] == [("default", 90)]
-    assert api.Stats.fetch().enqueued == 90
+    # and the operators see one queue of 93 jobs
+    assert [(queue.name, queue.size) for queue in api.Queue.summaries()] == [("default", 93)]
+    assert api.Stats.fetch().enqueued == 93
     # When a worker with the same setting drains the queue
     with WorkerProcess(["-c", "4"], env=WORKER_ENV, redis_url=partitioned.url) as worker:
         redis = get_redis()
         wait_until(lambda: redis.llen(RAN_KEY) == 90, message=f"every job ran: {worker.output}")
-        wait_until(lambda: api.Stats.fetch().processed == 90, message=f"every job was counted: {worker.output}")
+        wait_until(lambda: api.DeadSet().size() == PARTITIONS, message=f"the failing jobs are dead: {worker.output}")
+        wait_until(lambda: api.Stats.fetch().processed == 93, message=f"every job was counted: {worker.output}")
         identity = worker.identity
         # Then every partition's list is empty, and so is each of the worker's in-flight lists
+        # (a failing job leaves its own just after it is filed in partition 0's dead set)
         assert queue_sizes() == [0, 0, 0]
-        wait_until(lambda: per_partition(lambda: int(redis.llen(keys.inflight(identity)))) == [0, 0, 0], message="all acknowledged")
+        in_flight = lambda: per_partition(lambda: int(redis.llen(keys.inflight(identity))))  # noqa: E731
+        wait_until(lambda: in_flight() == [0, 0, 0], message=f"none left in flight: {in_flight()}")
     ran = sorted(value.decode() for value in get_redis().lrange(RAN_KEY, 0, -1))
     assert ran == sorted([f"single-{value}" for value in range(30)] + [f"bulk-{value}" for value in range(60)])
-
-
-def test_a_failing_job_of_any_partition_is_filed_in_partition_0s_dead_set(partitioned):
-    # Given failing jobs pushed one by one, so they land in every partition
-    for _ in range(PARTITIONS):
-        ExplodeToDead.perform_async()
-    assert queue_sizes() == [1, 1, 1]
-    # When a worker runs them
-    with WorkerProcess(["-c", "2"], env=WORKER_ENV, redis_url=partitioned.url) as worker:
-        wait_until(lambda: api.DeadSet().size() == PARTITIONS, message=f"the failing jobs are dead: {worker.output}")
-        identity = worker.identity
-        # Then each left its partition's in-flight list (just after it was filed)
-        in_flight = lambda: per_partition(lambda: int(get_redis().llen(keys.inflight(identity))))  # noqa: E731
-        wait_until(lambda: in_flight() == [0, 0, 0], message=f"none left in flight: {in_flight()}")
-    assert queue_sizes() == [0, 0, 0]
     assert api.Stats.fetch().failed == PARTITIONS
 
 
