@@ -322,6 +322,17 @@ def chord(chord_id: str) -> str:
     return f"{prefix()}jobsapp:chord:{chord_id}"
 
 
+def chord_added(chord_id: str) -> str:
+    """LIST of the header jids added to a Celery-style chord after it was applied (``add_to_chord``, a
+    lazy header), in order; their count is the chord hash's ``+added`` field. TTL as the chord's hash."""
+    return f"{prefix()}jobsapp:chord-added:{chord_id}"
+
+
+def celery_group(group_id: str) -> str:
+    """STRING: a Celery ``GroupResult.save()``'d ids (its ``as_tuple()`` as JSON); TTL as results."""
+    return f"{prefix()}jobsapp:celery-group:{group_id}"
+
+
 # --- Limiters (jobsapp.limiter) --------------------------------------------------------
 
 LIMITERS: str  # SET of limiter names, for the dashboard and the CLI

@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from .. import client, registry
@@ -375,22 +375,28 @@ def maybe_signature(varies: Any, *args: Any, **kwargs: Any) -> Signature[Any] | 
 # --- ids and results ------------------------------------------------------------------------
 
 
-def _freeze_all(step: dict[str, Any]) -> None:
-    """Give every task of a step its id (in place), and every group its group id."""
+def _freeze_all(step: dict[str, Any], _seen: set[int] | None = None) -> None:
+    """Give every task of a step its id (in place), and every group its group id. A signature
+    repeated in a canvas (``group((sig,) * 3)``: its copies share one options dict) gets an id per
+    place it holds: a shared options dict is copied, without the ids the first place took."""
+    seen: set[int] = set() if _seen is None else _seen
     kind = step.get("subtask_type")
     options = step.setdefault("options", {})
+    if id(options) in seen:
+        options = step["options"] = {key: value for key, value in options.items() if key not in ("task_id", "group_id", "chunk_ids")}
+    seen.add(id(options))
     if kind in ("chain", "group"):
         if kind == "group" and not options.get("group_id"):
             options["group_id"] = new_id()
         for each in step["kwargs"]["tasks"]:
-            _freeze_all(each)
+            _freeze_all(each, seen)
     elif kind == "chord":
         if not options.get("group_id"):
             options["group_id"] = new_id()
         for each in step["kwargs"]["header"]:
-            _freeze_all(each)
+            _freeze_all(each, seen)
         if step["kwargs"]["body"] is not None:
-            _freeze_all(step["kwargs"]["body"])
+            _freeze_all(step["kwargs"]["body"], seen)
     elif kind == "chunks":
         if not options.get("group_id"):
             options["group_id"] = new_id()
@@ -403,7 +409,7 @@ def _freeze_all(step: dict[str, Any]) -> None:
         if options.get("link"):
             options["link"] = _list_option(options["link"])
             for each in options["link"]:
-                _freeze_all(each)
+                _freeze_all(each, seen)
 
 
 def _result_for(step: dict[str, Any], parent: ResultBase | None) -> ResultBase:
@@ -672,6 +678,36 @@ def _check_header(header: list[dict[str, Any]]) -> None:
             )
 
 
+def _apply_lazy_chord(
+    header: Iterator[Any], body: dict[str, Any], prepend: list[Any], options: dict[str, Any], task_id: str | None
+) -> AsyncResult[Any]:
+    """Apply a chord whose header is a generator: each task is pushed as the generator gives it
+    (counted as a part added later), then a seal part is recorded, which completes the chord."""
+    from .follow_up import LAZY_FIELD, SEAL_PART, add_chord_part, chord_part_done
+
+    if task_id:
+        _name_final(body, task_id)
+    _freeze_all(body)
+    chord_id = str(options.get("group_id") or new_id())
+    chord_info = {"id": chord_id, "header": [], LAZY_FIELD: True, "body": body}
+    results: list[Any] = []
+    for each in header:
+        step = copy.deepcopy(dict(signature(each)))
+        _check_header([step])
+        _freeze_all(step)
+        for part in header_parts([step]):
+            last = final_task(part) or part
+            add_chord_part(chord_id, str(last["options"]["task_id"]))
+            if part is last:
+                _push_task(part, prepend, rest=[], chord=chord_info)
+            else:
+                last["options"][CHORD_OPTION] = chord_info
+                push_step(part, prepend, rest=[])
+            results.append(_result_for(part, None))
+    chord_part_done(chord_info, SEAL_PART, None, queue=str((body.get("options") or {}).get("queue") or "default"))
+    return _result_for(body, GroupResult(chord_id, results))  # type: ignore[return-value]
+
+
 def _apply_chord(header: list[dict[str, Any]], body: dict[str, Any], prepend: list[Any], *, chord_id: str | None = None) -> None:
     header = header_parts(header)
     _check_header(header)
@@ -833,6 +869,8 @@ class group(Signature[Any]):
         for each in _flatten(tasks):
             if each.subtask_type == "group":  # a group in a group is its tasks, as Celery flattens it
                 steps.extend(from_dict(dict(inner)) for inner in each["kwargs"]["tasks"])
+            elif each.subtask_type == "chain" and not each["kwargs"]["tasks"]:  # an empty chain in a group runs nothing
+                continue
             else:
                 steps.append(each)
         super().__init__("celery.group", (), {"tasks": [dict(each) for each in steps]}, subtask_type="group", **options)
@@ -918,8 +956,12 @@ class chord(Signature[Any]):
     """A group whose values, in order, are given to a callback once every task has succeeded."""
 
     def __init__(self, header: Any, body: Any = None, **options: Any) -> None:
-        if isinstance(header, dict) and header.get("subtask_type") == "group":
-            tasks: list[Signature[Any]] = [from_dict(dict(each)) for each in header["kwargs"]["tasks"]]
+        #: A generator header is read when the chord is applied, each task pushed as it comes (Celery's lazy header).
+        self._lazy_header: Iterator[Any] | None = header if isinstance(header, Generator) else None
+        if self._lazy_header is not None:
+            tasks: list[Signature[Any]] = []
+        elif isinstance(header, dict) and header.get("subtask_type") == "group":
+            tasks = [from_dict(dict(each)) for each in header["kwargs"]["tasks"]]
         else:
             tasks = _flatten((header,))
         super().__init__(
@@ -992,7 +1034,11 @@ class chord(Signature[Any]):
         callback = body if body is not None else self["kwargs"]["body"]
         if callback is None:
             raise ValueError("a chord needs a callback: chord(header, callback) or chord(header)(callback)")
-        frozen = _chord_dict(copy.deepcopy(list(self["kwargs"]["header"])), copy.deepcopy(dict(callback)), self.options)
+        lazy, self._lazy_header = getattr(self, "_lazy_header", None), None  # a generator is read once
+        if lazy is not None and not always_eager():
+            return _apply_lazy_chord(lazy, copy.deepcopy(dict(callback)), list(args or ()), self.options, options.get("task_id"))
+        header = [dict(signature(each)) for each in lazy] if lazy is not None else list(self["kwargs"]["header"])
+        frozen = _chord_dict(copy.deepcopy(header), copy.deepcopy(dict(callback)), self.options)
         if options.get("task_id"):
             _name_final(frozen, str(options["task_id"]))
         if always_eager():

@@ -64,6 +64,7 @@ from .canvas import (
 )
 from .exception_fields import CHORD_DEPENDENCY_FIELD, EXCEPTION_FIELD, exception_fields
 from .exceptions import ChordError, Retry
+from .values import decoded
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,23 @@ def _push_follow_ups(jid: str, item: Item, value: Any) -> None:
         chord_part_done(chord, str(chord.get("part") or jid), value, queue=str(item.get("queue") or "default"))
 
 
+#: A lazy chord's (a generator header) marker: its last part is the seal, recorded once every task was pushed.
+LAZY_FIELD = "lazy"
+SEAL_PART = "+sealed"
+#: The chord hash's count of the parts added later (chord_part.lua reads it; it is not a part).
+ADDED_FIELD = "+added"
+
+
+def add_chord_part(chord_id: str, jid: str) -> None:
+    """Make task ``jid`` a part of chord ``chord_id`` after the chord was applied (before it is pushed)."""
+    pipe = get_redis().pipeline(transaction=False)  # in this order: counted before its value can be recorded
+    pipe.hincrby(keys.chord(chord_id), ADDED_FIELD, 1)
+    pipe.rpush(keys.chord_added(chord_id), jid)
+    pipe.expire(keys.chord(chord_id), RESULT_EXPIRES_SECONDS)
+    pipe.expire(keys.chord_added(chord_id), RESULT_EXPIRES_SECONDS)
+    pipe.execute()
+
+
 def chord_part_done(chord: dict[str, Any], jid: str, value: Any, *, queue: str) -> None:
     """Record this header task's value; if it completes the set, ``celery.chord_unlock`` is pushed
     by the same script."""
@@ -166,7 +184,7 @@ def chord_part_done(chord: dict[str, Any], jid: str, value: Any, *, queue: str) 
         chord_id=chord_id,
         jid=jid,
         value_json=value_json,
-        header_size=len(header),
+        header_size=len(header) + (1 if chord.get(LAZY_FIELD) else 0),  # a lazy header's seal is a part
         ttl_seconds=RESULT_EXPIRES_SECONDS,
         callback_job=unlock_json,
         queue=queue,
@@ -204,9 +222,11 @@ class ChordUnlock(Job):
     pushed twice, never zero times); a callback too big to push is recorded FAILED."""
 
     def perform(self, chord: dict[str, Any]) -> None:
-        header = [str(each) for each in chord.get("header") or []]
+        chord_id = str(chord.get("id", ""))
+        added = [raw.decode() if isinstance(raw, bytes) else str(raw) for raw in get_redis().lrange(keys.chord_added(chord_id), 0, -1)]
+        header = [str(each) for each in chord.get("header") or []] + added  # the parts added later come after, in order
         body = chord.get("body") or {}
-        stored = get_redis().hmget(keys.chord(str(chord.get("id", ""))), header)
+        stored = get_redis().hmget(keys.chord(chord_id), header) if header else []
         if any(raw is None for raw in stored):  # the chord's hash expired before the callback ran
             record_failed(
                 body,
@@ -332,10 +352,11 @@ def call_errbacks(
             task = None
         if task is not None and _takes_request(task, errback):
             try:
+                args, kwargs = decoded(list(errback.args)), decoded(dict(errback.kwargs))  # as a pushed task gets them
                 if errback.immutable:  # called here with its own arguments only, as Celery calls an immutable signature
-                    task.function(*errback.args, **errback.kwargs)
+                    task.function(*args, **kwargs)
                 else:
-                    task.function(request or _FakeRequest(task_id), exception, traceback_text, *errback.args, **errback.kwargs)
+                    task.function(request or _FakeRequest(task_id), exception, traceback_text, *args, **kwargs)
             except Exception:  # the errback failed: logged; the task stays failed
                 logger.exception("jobsapp.celery: errback %s of task %s raised", errback.task, task_id)
             continue

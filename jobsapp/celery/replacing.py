@@ -88,7 +88,24 @@ def replace(task: Any, request: Any, sig: Any) -> Any:
 
 
 def add_to_chord(task: Any, request: Any, sig: Any, *, lazy: bool = False) -> Any:
-    raise NotImplementedError(
-        "add_to_chord() is not supported yet: a chord's header is fixed when it is applied; "
-        "replace the task by a group (self.replace(group(...))) to widen its part instead"
-    )
+    """``sig`` joins the header of the chord this running task is a part of: the callback also
+    waits for it, and gets its value after the others'. Applied now, or returned frozen (``lazy``)."""
+    from .follow_up import add_chord_part
+
+    chord_of_task = (request.item or {}).get(CHORD_KEY) if request.item is not None else None
+    if not isinstance(chord_of_task, dict):
+        raise ValueError("Current task is not member of any chord")
+    added: Signature[Any] = copy.deepcopy(sig if isinstance(sig, Signature) else signature(sig))
+    step = dict(added)
+    _freeze_all(step)
+    final = final_task(step)
+    if final is None:
+        raise NotImplementedError("add_to_chord() takes a signature ending in one task (a task, a chain, a chord), not a group")
+    chord_info = {key: value for key, value in chord_of_task.items() if key != "part"}
+    final.setdefault("options", {})[CHORD_OPTION] = chord_info
+    add_chord_part(str(chord_info["id"]), str(final["options"]["task_id"]))
+    if lazy:
+        return from_dict(step)
+    result = _result_for(step, None)
+    push_step(step, [], rest=[])
+    return result

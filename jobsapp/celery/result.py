@@ -11,6 +11,7 @@ else ``TaskFailure`` naming it (a result never makes this process import anythin
 from __future__ import annotations
 
 import builtins
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -445,6 +446,24 @@ class GroupResult(ResultSet, AsyncResult[list[Any]]):
             each.as_tuple() for each in self.results
         ]
 
+    def save(self, backend: Any = None) -> GroupResult:
+        """Keep this group's ids (its ``as_tuple()``) for ``restore(id)``, as long as results are kept."""
+        get_redis().set(keys.celery_group(self.id), compact_json(_jsonable(self.as_tuple())), ex=RESULT_EXPIRES_SECONDS)
+        return self
+
+    @classmethod
+    def restore(cls, id: str, backend: Any = None, app: Any = None) -> GroupResult | None:
+        """The group saved under ``id`` (``save()``), or None."""
+        raw = get_redis().get(keys.celery_group(id))
+        if raw is None:
+            return None
+        restored = result_from_tuple(json.loads(raw))
+        return restored if isinstance(restored, GroupResult) else None
+
+    def delete(self, backend: Any = None) -> None:
+        """Forget what ``save()`` kept (the tasks' results stay)."""
+        get_redis().delete(keys.celery_group(self.id))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, GroupResult) and other.id == self.id and other.results == self.results
 
@@ -453,6 +472,17 @@ class GroupResult(ResultSet, AsyncResult[list[Any]]):
 
     def __repr__(self) -> str:
         return f"<GroupResult: {self.id} [{', '.join(each.id for each in self.results)}]>"
+
+
+def result_from_tuple(value: Any) -> Any:
+    """A result handle from its ``as_tuple()`` form (lists after JSON), parents included, as Celery's."""
+    if not value:
+        return None
+    (result_id, parent), children = value
+    parent_result = result_from_tuple(parent) if parent else None
+    if children is not None:
+        return GroupResult(result_id, [result_from_tuple(each) for each in children], parent=parent_result)
+    return AsyncResult(result_id, parent=parent_result)
 
 
 class EagerResult(AsyncResult[Returned]):

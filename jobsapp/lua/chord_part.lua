@@ -13,7 +13,8 @@
 -- KEYS[6] -> the queue's wake LIST (jobsapp:pwake:<queue>); left out for a plain job
 -- ARGV[1] -> this header task's jid
 -- ARGV[2] -> its value, as JSON
--- ARGV[3] -> how many header tasks the chord has
+-- ARGV[3] -> how many header tasks the chord had when it was applied; the parts added since
+--            (add_to_chord, a lazy header) are counted in the hash's '+added' field, which is not a part
 -- ARGV[4] -> seconds the hash lives after this write
 -- ARGV[5] -> the callback job's JSON (pushed when this part completes the set)
 -- ARGV[6] -> the queue name
@@ -23,9 +24,13 @@
 
 local added = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 local count = redis.call('HLEN', KEYS[1])
+local later = tonumber(redis.call('HGET', KEYS[1], '+added') or '0')
+if later > 0 then
+  count = count - 1
+end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 local pushed = 0
-if added == 1 and count == tonumber(ARGV[3]) then
+if added == 1 and count == tonumber(ARGV[3]) + later then
   if ARGV[7] == '' then
     redis.call('LPUSH', KEYS[3], ARGV[5])
   else

@@ -106,7 +106,15 @@ def refusal_for(test_id: str) -> Refusal | None:
 #: the others are deselected until they do, unless ``JOBSAPP_CELERY_CANVAS=1`` (docs/celery.md
 #: says how far each is).
 CANVAS_CLASSES_RUN = frozenset(
-    {"test_chain", "test_result_set", "test_xmap_xstarmap", "test_stamping_mechanism", "test_link_error", "test_signature_serialization"}
+    {
+        "test_chain",
+        "test_group",
+        "test_result_set",
+        "test_xmap_xstarmap",
+        "test_stamping_mechanism",
+        "test_link_error",
+        "test_signature_serialization",
+    }
 )
 
 
