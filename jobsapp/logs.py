@@ -191,7 +191,7 @@ class BufferedStreamHandler(logging.StreamHandler):
     """A ``StreamHandler`` that writes the per-job lines in batches (see the module's header):
     kept in the calling thread as the job's fields (``JobLines``) or as a formatted line (a
     record of another path), formatted and written by ``jobsapp.log-flusher`` at most
-    ``flush_interval_seconds`` later, or when ``max_pending_lines`` wait. Every other line (a
+    ``flush_interval_seconds`` later, or as soon as ``max_pending_lines`` wait. Every other line (a
     lifecycle line, a failure, a user's own) is written at once, after the lines waiting before
     it, as ``StreamHandler`` writes it. ``flush()`` writes what waits; a line is never dropped,
     only late."""
@@ -206,6 +206,7 @@ class BufferedStreamHandler(logging.StreamHandler):
         #: threads never queue for it.
         self._pending: deque[str | _JobLine] = deque()
         self._armed = False  # the flusher will write this handler's lines
+        self._hurried = False  # the flusher was told not to wait out its interval
         self._write_lock = threading.Lock()  # one batch written at a time, in order
         _buffered_handlers.add(self)
 
@@ -231,10 +232,12 @@ class BufferedStreamHandler(logging.StreamHandler):
         """Write a formatted line (without its terminator): at the next flush when it may wait
         (a per-job line), else at once with the lines waiting before it."""
         self._pending.append(line)
-        if not may_wait or len(self._pending) >= self.max_pending_lines:
+        if not may_wait:
             self._write_reporting()
         elif not self._armed:
             self._arm()
+        elif len(self._pending) >= self.max_pending_lines and not self._hurried:
+            self._hurry()
 
     def _arm(self) -> None:
         # Set before the flusher is told, cleared by flush() before it takes the waiting lines:
@@ -242,11 +245,17 @@ class BufferedStreamHandler(logging.StreamHandler):
         self._armed = True
         _flusher.arm(self)
 
+    def _hurry(self) -> None:
+        # max_pending_lines wait: the flusher writes them now. Not this thread: a processor
+        # thread that wrote would hold the others up behind the write lock, one small write each.
+        self._hurried = True
+        _flusher.hurry()
+
     def flush(self) -> None:
         """Write the waiting lines. A closed or broken stream raises, as ``StreamHandler.flush``
         does (``logging.shutdown`` ignores it); the lines are dropped, not kept to fail again."""
         with self._write_lock:
-            self._armed = False
+            self._armed = self._hurried = False
             pending = self._pending
             waiting = [pending.popleft() for _ in range(len(pending))]
             stream = self.stream
@@ -284,13 +293,15 @@ _buffered_handlers: weakref.WeakSet[BufferedStreamHandler] = weakref.WeakSet()
 
 class _Flusher:
     """The ``jobsapp.log-flusher`` thread of this process: sleeps until a handler has a line
-    waiting, lets ``flush_interval_seconds`` pass, writes every waiting handler, sleeps again.
-    Started at its first line in each process (a forked child starts its own)."""
+    waiting, lets ``flush_interval_seconds`` pass (less when a handler hurries it: it has
+    ``max_pending_lines`` waiting), writes every waiting handler, sleeps again. Started at its
+    first line in each process (a forked child starts its own)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._due: list[BufferedStreamHandler] = []
         self._wake = threading.Event()
+        self._hurry = threading.Event()
         self._pid = 0
 
     def arm(self, handler: BufferedStreamHandler) -> None:
@@ -301,12 +312,16 @@ class _Flusher:
                 threading.Thread(target=self._run, name="jobsapp.log-flusher", daemon=True).start()
         self._wake.set()
 
+    def hurry(self) -> None:
+        self._hurry.set()
+
     def _run(self) -> None:
         while True:
             self._wake.wait()
-            time.sleep(BufferedStreamHandler.flush_interval_seconds)
+            self._hurry.wait(BufferedStreamHandler.flush_interval_seconds)
             with self._lock:
                 self._wake.clear()
+                self._hurry.clear()
                 due, self._due = self._due, []
             for handler in due:
                 handler._write_reporting()
@@ -315,6 +330,7 @@ class _Flusher:
         self._lock = threading.Lock()
         self._due = []
         self._wake = threading.Event()
+        self._hurry = threading.Event()
         self._pid = 0
 
 
@@ -338,7 +354,7 @@ def _after_fork_in_child() -> None:
     for handler in list(_buffered_handlers):
         handler._write_lock = threading.Lock()
         handler._pending = deque()
-        handler._armed = False
+        handler._armed = handler._hurried = False
 
 
 os.register_at_fork(before=_flush_before_fork, after_in_child=_after_fork_in_child)
@@ -392,8 +408,8 @@ class JobLines:
             pending.append(line)
             if not handler._armed:
                 handler._arm()
-            elif len(pending) >= handler.max_pending_lines:
-                handler._write_reporting()
+            elif len(pending) >= handler.max_pending_lines and not handler._hurried:
+                handler._hurry()
 
     def finished(self, class_name: str, jid: str, queue: str, elapsed_seconds: float) -> None:
         nanoseconds = time.time_ns()
@@ -411,8 +427,8 @@ class JobLines:
             pending.append(line)
             if not handler._armed:
                 handler._arm()
-            elif len(pending) >= handler.max_pending_lines:
-                handler._write_reporting()
+            elif len(pending) >= handler.max_pending_lines and not handler._hurried:
+                handler._hurry()
 
     def _recheck(self, nanoseconds: int) -> list[BufferedStreamHandler] | None:
         self._generation = _generation
