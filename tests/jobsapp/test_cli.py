@@ -161,7 +161,7 @@ def test_one_result_prints_its_times_as_iso_8601(redis):
 
 
 def test_read_only_subcommands_are_told_apart_from_the_others():
-    from jobsapp.management.commands.jobs import runs_on_settings_alone
+    from jobsapp.management.subcommands import runs_on_settings_alone
 
     # Reads, with options before and after the subcommand
     for arguments in (
@@ -211,3 +211,19 @@ def test_python_m_jobsapp_reads_on_the_settings_alone_and_writes_after_the_full_
     answer, apps_loaded = _python_m_jobsapp(redis_server, "resume", "imports")
     assert answer == {"queue": "imports", "paused": False} and apps_loaded
     assert not redis.sismember(keys.PAUSED, "imports")
+
+
+@pytest.mark.standalone_only
+def test_python_m_jobsapp_reports_a_reads_error_as_manage_py_does(redis_server):
+    # Given a read naming a shard the settings do not have
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "REDIS_URL": redis_server.url}
+    doors = (["-m", "jobsapp"], ["-m", "django", "jobs"])
+    command = ["--shard", "nope", "stats"]
+    answers = [
+        subprocess.run([sys.executable, *door, *command], env=environment, capture_output=True, text=True, timeout=120, check=False)
+        for door in doors
+    ]
+    # When it runs on the settings alone and under Django's command, Then both say the same, exit status 1
+    assert [(answer.returncode, answer.stdout, answer.stderr) for answer in answers] == [
+        (1, "", "CommandError: no shard named 'nope'; the shards are: default\n")
+    ] * 2

@@ -87,7 +87,7 @@ def test_a_name_the_operators_api_does_not_have_is_an_attribute_error():
         api.Nope
 
 
-def test_a_read_subcommand_of_python_m_jobsapp_does_not_import_the_orm(redis_server: RedisServer):
+def test_a_read_subcommand_of_python_m_jobsapp_imports_neither_the_orm_nor_djangos_management(redis_server: RedisServer):
     # Given a script calling `python -m jobsapp stats` on the settings alone
     # When the subcommand has answered
     code = """
@@ -97,7 +97,8 @@ output = io.StringIO()
 with contextlib.redirect_stdout(output):
     runpy.run_module("jobsapp", run_name="__main__")
 from django.apps import apps
-print('"processed"' in output.getvalue(), "django.db.models" in sys.modules, apps.ready)
+print('"processed"' in output.getvalue(), "django.db.models" in sys.modules, "django.core.management" in sys.modules, apps.ready)
 """
-    # Then it answered without Django's ORM (a fifth of its start-up) or the app registry
-    assert run_python(code, REDIS_URL=redis_server.url) == "True False False"
+    # Then it answered without Django's ORM, its management machinery (with every system check)
+    # or the app registry
+    assert run_python(code, REDIS_URL=redis_server.url) == "True False False False"
