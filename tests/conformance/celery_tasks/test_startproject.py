@@ -52,6 +52,7 @@ AUDIT_APP = {
             task_received,
             task_success,
             worker_ready,
+            worker_shutdown,
         )
 
 
@@ -68,6 +69,11 @@ AUDIT_APP = {
         @worker_ready.connect
         def ready(sender=None, **kwargs):
             _log("worker_ready")
+
+
+        @worker_shutdown.connect
+        def shutdown(sender=None, **kwargs):
+            _log("worker_shutdown")
 
 
         @task_received.connect
@@ -205,7 +211,7 @@ def test_a_fresh_project_runs_the_django_example_tasks_and_celery_style_hooks(tm
         # And the receivers ran where Celery runs them: publish in the caller, the rest in the worker
         audit = [line.split() for line in audit_log.read_text().splitlines()]
         worker_pids = {pid for pid, event, *_ in audit if event == "worker_ready"}  # one per runworkers process
-        assert worker_pids, audit
+        assert worker_pids and worker_pids == {pid for pid, event, *_ in audit if event == "worker_shutdown"}, audit
         caller_pids = {pid for pid, event, sender, task_id in (entry for entry in audit if entry[1] == "publish") if task_id == replaced_id}
         assert caller_pids and not caller_pids & worker_pids, audit
         ran = [entry[1:] for entry in audit if entry[0] in worker_pids and entry[1] != "publish"]
