@@ -12,7 +12,8 @@ Measured, for each: seconds from spawning to every process registered in ``proce
 PSS per process once idle (PSS shares a page among the processes mapping it; jobsapp's ``-P``
 supervisor, which runs no job, is counted with the fleet); the fleet's idle Redis traffic over
 ``--idle-seconds`` (``INFO commandstats`` deltas: all commands per second and the scheduler's
-share, ``ZRANGEBYSCORE`` on ``schedule`` and ``retry``); and, for jobsapp, the lateness of
+share, ``ZRANGEBYSCORE`` on ``schedule`` and ``retry``, and jobsapp's orphan sweeps, one ``SCAN``
+each); and, for jobsapp, the lateness of
 scheduled jobs (start minus due time, p50 and p99) of ``--scheduled`` jobs due at random 0.1-3 s
 after their push, pushed over a few seconds (short notice, so jobs that no poll saw in advance
 are in it too: their lateness is the fleet's poll spacing).
@@ -126,6 +127,7 @@ def measure(shape: str, size: int, server: RedisServer, client: redis.Redis, opt
             "PSS per process, MB (supervisor included)": f"{sum(pss) / 1024 / size:.1f}",
             "idle Redis commands/s, whole fleet": f"{idle_per_second:.1f}",
             "idle schedule/retry polls (ZRANGEBYSCORE)/s": f"{polls_per_second:.2f}",
+            "idle orphan sweeps (SCAN)/s": f"{calls.get('scan', 0) / options.idle_seconds:.2f}",
             "idle commands/s by name": ", ".join(
                 f"{name} {count / options.idle_seconds:.1f}" for name, count in sorted(calls.items(), key=lambda item: -item[1]) if count
             ),
