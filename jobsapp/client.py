@@ -177,10 +177,12 @@ def _spreads(entry: _Prepared) -> bool:
 _spread_turn = itertools.count(random.randrange(1 << 16))
 
 
-def _partitioned(prepared: list[_Prepared]) -> list[tuple[int, list[_Prepared]]]:
+def _partitioned(connection: redis.Redis, prepared: list[_Prepared]) -> list[tuple[int, list[_Prepared]]]:
     """``prepared`` cut into ``(partition, jobs)`` writes: everything on partition 0 outside a
     partitioned cluster; else the jobs that spread in equal runs, one per partition from this
     process's next turn on (a single push takes the next partition), the others on partition 0."""
+    if not is_cluster(connection):  # a type check: a standalone push pays nothing more
+        return [(0, prepared)]
     count = keys.partition_count()
     if count == 1:
         return [(0, prepared)]
@@ -197,7 +199,7 @@ def _partitioned(prepared: list[_Prepared]) -> list[tuple[int, list[_Prepared]]]
 def _write(connection: redis.Redis, prepared: list[_Prepared], *, shard: str = shards.DEFAULT) -> set[str]:
     """Write the jobs, one round trip per partition written (one outside a partitioned cluster:
     ``_partitioned``); the jids of unique jobs refused because their lock is held."""
-    writes = _partitioned(prepared)
+    writes = _partitioned(connection, prepared)
     if len(writes) == 1 and writes[0][0] == 0:
         return _write_partition(connection, prepared, shard=shard)
     refused: set[str] = set()

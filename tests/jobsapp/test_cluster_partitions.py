@@ -20,7 +20,11 @@ from django.urls import reverse
 from jobsapp import api, client, keys
 from jobsapp.connection import get_redis, master_name
 from jobsapp.errors import ReplicationTimeout
+from jobsapp.outcomes import DeadReason, OutcomeKind
+from jobsapp.payload import decode
+from jobsapp.worker.fetch import UnitOfWork
 from jobsapp.worker.recovery import recover_list
+from jobsapp.worker.retry import RetryPolicy
 from tests.redis_cluster import RedisClusterServers
 from tests.redis_server import RedisServer
 from tests.testapp.jobs import RAN_KEY, ExplodeToDead, Nap, Record
@@ -196,3 +200,23 @@ def test_enqueue_replicas_waits_on_the_master_each_push_was_written_to(replicate
     assert len(refused) == 1
     assert master in str(refused[0]) and refused[0].replicas_acknowledged == 0
     assert queue_sizes() == [3, 3, 3]
+
+
+def test_a_job_of_another_partition_is_filed_once_and_not_at_all_when_a_sweeper_took_it_back(partitioned):
+    # Given a job in flight in partition 2 of a process, and a retry policy of that process
+    identity = "host:1:feedfacecafe"
+    raw = b'{"class":"tests.testapp.jobs.Record","args":["x"],"jid":"0123456789abcdef01234567","queue":"default"}'
+    redis = get_redis()
+    with keys.using_partition(2):
+        redis.lpush(keys.inflight(identity), raw)
+    policy = RetryPolicy(redis, keys.inflight(identity))
+    unit = UnitOfWork(raw, "default", 2)
+    # When it is filed in the dead set, and filed again (a sweeper took it back meanwhile)
+    first = policy.bury(unit, decode(raw), RuntimeError("boom"), reason=DeadReason.MALFORMED)
+    again = policy.bury(unit, decode(raw), RuntimeError("boom again"), reason=DeadReason.MALFORMED)
+    # Then the first filing moved it from partition 2's in-flight list to partition 0's dead set,
+    # and the second, finding it no longer in flight, left nothing behind
+    assert (first.kind, again.kind) == (OutcomeKind.DEAD, OutcomeKind.LOST)
+    assert [entry.jid for entry in api.DeadSet()] == ["0123456789abcdef01234567"]
+    assert "boom again" not in api.DeadSet().find_job("0123456789abcdef01234567").raw.decode()
+    assert per_partition(lambda: int(redis.llen(keys.inflight(identity)))) == [0, 0, 0]
