@@ -127,8 +127,8 @@ class CancelProbe(Job):
     """Spins ``seconds`` (bench.cancel_latency cancels it), noting when it started and stopped."""
 
     def perform(self, token, seconds):
-        USER_REDIS.hset("bench:cancel:started", token, time.time())
-        try:
+        try:  # the cancel may land as this write returns: the finally still notes the stop
+            USER_REDIS.hset("bench:cancel:started", token, time.time())
             spin_for_seconds(seconds)
         finally:
             USER_REDIS.hset("bench:cancel:stopped", token, time.time())
@@ -142,8 +142,8 @@ class AsyncCancelProbe(Job):
     async def perform(self, token, seconds):
         import asyncio
 
-        USER_REDIS.hset("bench:cancel:started", token, time.time())
-        try:
+        try:  # the cancel may land as this write returns: the finally still notes the stop
+            USER_REDIS.hset("bench:cancel:started", token, time.time())
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
                 await asyncio.sleep(0.005)

@@ -29,8 +29,8 @@ def celery_noop(*args):
 @shared_task
 def cancel_probe(token, seconds):
     """``bench.jobs.CancelProbe`` as a Celery-style task, for ``revoke(terminate=True)``."""
-    USER_REDIS.hset("bench:cancel:started", token, time.time())
-    try:
+    try:  # the cancel may land as this write returns: the finally still notes the stop
+        USER_REDIS.hset("bench:cancel:started", token, time.time())
         spin_for_seconds(seconds)
     finally:
         USER_REDIS.hset("bench:cancel:stopped", token, time.time())
