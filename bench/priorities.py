@@ -6,8 +6,11 @@ Two measures, each on its own throwaway redis-server:
   busy by a backlog of ``BusyJob`` of ``--run-ms`` each (default 50 ms), pushed at priority -10
   (and, as a second case, as plain jobs); after a second of that, a ``PriorityProbe`` of
   priority 50 is pushed and records push -> start. Repeated ``--probes`` times (default 20), one
-  probe at a time, with the backlog topped up. Prints p50, p99 and max next to one job's run
-  time, and the backlog's jobs/s meanwhile (2 threads / run time when the worker is busy).
+  probe at a time, with the backlog topped up. Prints p50, p99, max and the first probe's (the
+  one that may find jobs fetched ahead while the worker was learning how long they are) next to
+  one job's run time, and the backlog's jobs/s meanwhile (2 threads / run time when the worker
+  is busy), and the most jobs the worker's in-flight list held when a probe was pushed (its 2
+  running jobs, those fetched ahead, and finished ones whose batched ack has not landed).
   Then the same worker idle (having seen a prioritised job): a probe of priority 50 and a plain
   one pushed in turn, each push -> start.
 - **cost for plain jobs** (``--before DIR``: a source tree of the code without priorities, e.g.
@@ -115,12 +118,15 @@ def latency(backlog: int, run_seconds: float, probes: int) -> None:
             BusyJob.set(priority=backlog_priority).perform_bulk([[run_seconds]] * backlog)
             time.sleep(1.0)  # warm: the fetch's look-ahead has learned that the jobs are long
             started, processed_before = time.monotonic(), int(client.get("stat:processed") or 0)
+            inflight = [f"jobsapp:inflight:{member.decode()}" for member in client.smembers("processes")]
+            most_held = 0
             for _ in range(probes):
                 waiting = client.llen("queue:prio") + client.zcard("jobsapp:pqueue:prio")
                 if waiting < backlog:
                     BusyJob.set(priority=backlog_priority).perform_bulk([[run_seconds]] * (backlog - waiting))
                 time.sleep(run_seconds * 3)  # the worker is busy with the backlog
                 count = client.llen("bench:priority")
+                most_held = max([most_held, *(client.llen(key) for key in inflight)])  # running, fetched ahead, not yet acked
                 PriorityProbe.set(priority=50).perform_async(time.time())
                 deadline = time.monotonic() + 30
                 while client.llen("bench:priority") == count:
@@ -132,7 +138,8 @@ def latency(backlog: int, run_seconds: float, probes: int) -> None:
         kind = "priority -10" if backlog_priority else "plain (priority 0)"
         print(
             f"| {backlog:,} jobs of {run_seconds * 1000:.0f} ms waiting, {kind}; -P 1 -c 2 | {len(samples)} | "
-            f"{percentile(samples, 0.5):.1f} | {percentile(samples, 0.99):.1f} | {max(samples):.1f} | {busy_rate:.0f} |"
+            f"{percentile(samples, 0.5):.1f} | {percentile(samples, 0.99):.1f} | {max(samples):.1f} | {samples[0]:.1f} | "
+            f"{most_held} | {busy_rate:.0f} |"
         )
 
 
@@ -167,7 +174,7 @@ def idle(probes: int) -> None:
     for kind, values in samples.items():
         print(
             f"| idle worker -P 1 -c 2, {kind} push | {len(values)} | {percentile(values, 0.5):.2f} | "
-            f"{percentile(values, 0.99):.2f} | {max(values):.2f} | idle |"
+            f"{percentile(values, 0.99):.2f} | {max(values):.2f} | {values[0]:.2f} | | idle |"
         )
 
 
@@ -245,7 +252,10 @@ def main() -> None:
     django.setup()
     try:
         if not options.skip_latency:
-            print("| backlog | probes | p50 ms | p99 ms | max ms | jobs/s meanwhile |\n|---|---|---|---|---|---|")
+            print(
+                "| backlog | probes | p50 ms | p99 ms | max ms | first probe ms | most in flight at a push | jobs/s meanwhile |\n"
+                "|---|---|---|---|---|---|---|---|"
+            )
             latency(options.backlog, options.run_ms / 1000, options.probes)
             idle(options.probes)
         if not options.skip_cost:
