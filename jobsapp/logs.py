@@ -63,6 +63,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from json.encoder import encode_basestring_ascii
 from typing import Any, TextIO
 
 LOGGER_NAME = "jobsapp"
@@ -351,6 +352,7 @@ def _after_fork_in_child() -> None:
     _process_id = os.getpid()
     _flusher.after_fork_in_child()
     _text_heads.clear()  # they name the parent's pid
+    _json_heads.clear()
     for handler in list(_buffered_handlers):
         handler._write_lock = threading.Lock()
         handler._pending = deque()
@@ -548,17 +550,44 @@ _text_heads: dict[tuple[str, str], str] = {}
 
 
 def _json_job_line(job_line: _JobLine) -> str:
-    """The line ``JsonFormatter`` makes of a per-job line's record (its fields in the same order)."""
+    """The line ``JsonFormatter`` makes of a per-job line's record (its fields in the same order,
+    encoded as its encoder encodes them), written from a template: the head (pid, thread, level,
+    logger) encoded once per thread and logger, each string field by the encoder's own quoting."""
     nanoseconds, thread, logger_name, class_name, jid, queue, elapsed_seconds = job_line
+    if type(class_name) is not str or type(jid) is not str or type(queue) is not str:
+        return _json_job_document(job_line)  # not what a registered job's line holds: the encoder decides
     stamp = utc_stamp(nanoseconds // 1_000_000_000, (nanoseconds % 1_000_000_000) // 1_000_000)
+    head = _json_heads.get((thread, logger_name))
+    if head is None:
+        head = _json_heads[(thread, logger_name)] = (
+            f',"pid":{_process_id},"thread":{_quote(thread)},"level":"INFO","logger":{_quote(logger_name)},"message":'
+        )
+    fields = f'"job_class":{_quote(class_name)},"jid":{_quote(jid)},"queue":{_quote(queue)}'
     if elapsed_seconds is None:
         message = f"class={class_name} jid={jid} queue={queue} start"
-        document = {"time": stamp, "pid": _process_id, "thread": thread, "level": "INFO", "logger": logger_name, "message": message}
-        return _encode_json({**document, "job_class": class_name, "jid": jid, "queue": queue})
+        return f'{{"time":"{stamp}"{head}{_quote(message)},{fields}}}'
     elapsed_ms = round(elapsed_seconds * 1000, 1)
     message = f"class={class_name} jid={jid} queue={queue} elapsed_ms={elapsed_ms:.1f} done"
-    document = {"time": stamp, "pid": _process_id, "thread": thread, "level": "INFO", "logger": logger_name, "message": message}
+    return f'{{"time":"{stamp}"{head}{_quote(message)},{fields},"elapsed_ms":{float.__repr__(elapsed_ms)}}}'
+
+
+def _json_job_document(job_line: _JobLine) -> str:
+    """``_json_job_line`` through the encoder, for fields of any type."""
+    nanoseconds, thread, logger_name, class_name, jid, queue, elapsed_seconds = job_line
+    stamp = utc_stamp(nanoseconds // 1_000_000_000, (nanoseconds % 1_000_000_000) // 1_000_000)
+    document = {"time": stamp, "pid": _process_id, "thread": thread, "level": "INFO", "logger": logger_name}
+    if elapsed_seconds is None:
+        document["message"] = f"class={class_name} jid={jid} queue={queue} start"
+        return _encode_json({**document, "job_class": class_name, "jid": jid, "queue": queue})
+    elapsed_ms = round(elapsed_seconds * 1000, 1)
+    document["message"] = f"class={class_name} jid={jid} queue={queue} elapsed_ms={elapsed_ms:.1f} done"
     return _encode_json({**document, "job_class": class_name, "jid": jid, "queue": queue, "elapsed_ms": elapsed_ms})
+
+
+#: (thread name, logger name) -> the JSON between a per-job line's time and its message.
+_json_heads: dict[tuple[str, str], str] = {}
+#: How ``_encode_json`` quotes a string (``ensure_ascii``, the encoder's default).
+_quote = encode_basestring_ascii
 
 
 _DIRECT_FORMATTERS = (TextFormatter, JsonFormatter)

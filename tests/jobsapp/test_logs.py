@@ -262,6 +262,26 @@ def test_per_job_lines_wait_for_the_flusher_and_any_other_line_is_written_at_onc
         logger.propagate = True
 
 
+@pytest.mark.parametrize("queue", ['qu"é\\ue', 7])
+def test_runworkers_json_job_lines_encode_any_field_as_its_encoder_would(unconfigured, queue):
+    # Given runworkers' JSON handler, and a job line whose queue needs escaping or is no string
+    unconfigured()
+    stream = io.StringIO()
+    handler = logs.configure(log_format="json", stream=stream)
+    assert handler is not None
+    fields = {"job_class": "app.jobs.Ünïcode", "jid": "0123456789abcdef01234567", "queue": queue}
+    # When the line is written without a record, and the same line through the handler as a record
+    logs.JobLines(logging.getLogger("jobsapp.processor")).finished(fields["job_class"], fields["jid"], queue, 0.01234)  # type: ignore[arg-type]
+    logging.getLogger("jobsapp.processor").info(
+        logs.JobLines.FINISHED, fields["job_class"], fields["jid"], queue, 12.3, extra={**fields, "elapsed_ms": 12.3}
+    )
+    handler.flush()
+    # Then both lines are the same text but for the time, and the fields read back as given
+    direct, recorded = stream.getvalue().splitlines()
+    assert direct.split(",", 1)[1] == recorded.split(",", 1)[1]
+    assert json.loads(direct)["queue"] == queue and json.loads(direct)["elapsed_ms"] == 12.3
+
+
 def test_job_lines_from_ten_threads_are_all_written_once_each_thread_in_order():
     # Given a buffered handler on a logger of its own, flushed by size as well as by time
     stream = io.StringIO()
