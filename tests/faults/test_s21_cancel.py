@@ -162,7 +162,7 @@ def test_a_waiting_job_is_removed_and_never_runs(redis, ledger, start_worker):
     _nothing_left(redis, worker)
 
 
-#: 200 in the suite (about 6 s); the issue's 1,000 with ``JOBSAPP_TEST_CANCEL_RACES=1000`` (about
+#: 200 in the suite (about 6 s); 1,000 with ``JOBSAPP_TEST_CANCEL_RACES=1000`` (about
 #: 30 s), or ``bench.cancel_latency --races 1000``.
 RACES = int(os.environ.get("JOBSAPP_TEST_CANCEL_RACES", "200"))
 

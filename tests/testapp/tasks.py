@@ -125,9 +125,10 @@ def celery_fails_once_no_retry(message):
 @shared_task(queue="chords")
 def celery_pause_own_queue(value):
     """A chord header task that pauses its queue as it ends: what the chord pushes next waits there."""
+    from jobsapp import keys
     from jobsapp.connection import get_redis
 
-    get_redis().sadd("jobsapp:paused", "chords")
+    get_redis().sadd(keys.PAUSED, "chords")
     return value
 
 
