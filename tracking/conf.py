@@ -36,7 +36,7 @@ DEFAULTS: dict[str, Any] = {
     # writes them in batches (tracking.writer); False records each one inline, as it happens.
     "BATCH_WRITES": True,
     # The most transitions one batch (one transaction) writes.
-    "BATCH_MAX_CHANGES": 500,
+    "BATCH_MAX_CHANGES": 2000,
     # How long a job's thread waits for its final status to be committed before going on
     # (the record is then logged as lost, as with any database error).
     "BATCH_WAIT_SECONDS": 60.0,
