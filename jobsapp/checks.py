@@ -30,6 +30,7 @@ only when that is not enough.
 | jobsapp.W046 | REDIS_CLUSTER with Ruby-style job class names: Ruby Sidekiq cannot run on a cluster |
 | jobsapp.E047 | the server REDIS_URL names is a cluster node and REDIS_CLUSTER is off, or the reverse (tag ``jobsapp_redis``: asks Redis) |
 | jobsapp.E048 | a cluster master whose maxmemory-policy is not noeviction (tag ``jobsapp_redis``) |
+| jobsapp.W048 | CLUSTER_PARTITIONS leaves masters of the cluster without a partition, or puts two on one master (tag ``jobsapp_redis``) |
 | jobsapp.E201-E205, W201 | the Django tasks backend's TASKS entry (``jobsapp.django_tasks.JobsBackend.check``) |
 
 tests/jobsapp/test_check_ids.py pins every id: an id is never renumbered or reused.
@@ -46,8 +47,9 @@ from django.core import checks
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.recorder import MigrationRecorder
 from redis.connection import parse_url
+from redis.crc import key_slot
 
-from . import outbox, registry, shards
+from . import keys, outbox, registry, shards
 from .client import job_template
 from .conf import DEFAULTS, jobs_settings
 from .redaction import redact_url
@@ -380,14 +382,15 @@ def _redis_mode_problems(shard: str, url: str, *, cluster: bool) -> list[checks.
         enabled = str(client.info("cluster").get("cluster_enabled", 0)) == "1"
         if not enabled or not cluster:
             return _mode_mismatch(where, shown, enabled=enabled, cluster=cluster)
-        masters = [(_text(host), int(port)) for host, port, *_ in (entry[2] for entry in client.execute_command("CLUSTER", "SLOTS"))]
+        slot_map = client.execute_command("CLUSTER", "SLOTS")
+        masters = [(_text(host), int(port)) for host, port, *_ in (entry[2] for entry in slot_map)]
     except redis.ResponseError:  # INFO restricted (managed Redis): nothing to judge
         return []
     except (redis.ConnectionError, redis.TimeoutError, OSError):  # not answering: not a settings problem
         return []
     finally:
         client.close()
-    messages: list[checks.CheckMessage] = []
+    messages: list[checks.CheckMessage] = _partition_spread_problems(shard, where, slot_map)
     for host, port in sorted(set(masters)):
         node = redis.Redis(
             host=host, port=port, socket_timeout=CHECK_TIMEOUT_SECONDS, socket_connect_timeout=CHECK_TIMEOUT_SECONDS, **_credentials(url)
@@ -408,6 +411,37 @@ def _redis_mode_problems(shard: str, url: str, *, cluster: bool) -> list[checks.
                 )
             )
     return messages
+
+
+def _partition_spread_problems(shard: str, where: str, slot_map: list[Any]) -> list[checks.CheckMessage]:
+    """jobsapp.W048: the partitions' slots (``keys.partition_tag``) do not land one per master."""
+    count = shards.setting(shard, "CLUSTER_PARTITIONS")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        return []  # E005/E006 say so
+    owners = {}
+    for low, high, master, *_ in slot_map:
+        owners[(int(low), int(high))] = f"{_text(master[0])}:{int(master[1])}"
+    masters = set(owners.values())
+    used = []
+    for index in range(count):
+        slot = key_slot(keys.partition_tag(index, count).encode("ascii"))
+        used += [owner for (low, high), owner in owners.items() if low <= slot <= high]
+    if len(set(used)) == len(used) == len(masters):
+        return []
+    if count < len(masters):
+        what = f"leaves {len(masters) - len(set(used))} of the cluster's {len(masters)} masters without a partition"
+    elif count > len(masters):
+        what = f"puts more than one partition on a master of the cluster's {len(masters)}"
+    else:
+        what = f"puts its partitions on {len(set(used))} of the cluster's {len(masters)} masters (its slots are not split evenly)"
+    return [
+        checks.Warning(
+            f"{where}['CLUSTER_PARTITIONS'] is {count}, which {what}: a busy queue's commands do not spread over every master.",
+            hint=f"Set {where}['CLUSTER_PARTITIONS'] to the number of masters ({len(masters)}) on every producer and worker; "
+            "`manage.py jobs cluster` shows which master holds each partition (docs/operations/cluster.md).",
+            id="jobsapp.W048",
+        )
+    ]
 
 
 def _text(value: Any) -> str:

@@ -18,7 +18,7 @@ PINNED = {
     "jobsapp.E001", "jobsapp.E002", "jobsapp.E003", "jobsapp.E004", "jobsapp.E005", "jobsapp.E006",
     "jobsapp.E007", "jobsapp.E008", "jobsapp.E010", "jobsapp.E011", "jobsapp.E020", "jobsapp.W001", "jobsapp.W002",
     "jobsapp.E040", "jobsapp.E041", "jobsapp.E042", "jobsapp.E044", "jobsapp.W045", "jobsapp.W050",
-    "jobsapp.E046", "jobsapp.W046", "jobsapp.E047", "jobsapp.E048",
+    "jobsapp.E046", "jobsapp.W046", "jobsapp.E047", "jobsapp.E048", "jobsapp.W048",
     "jobsapp.E201", "jobsapp.E202", "jobsapp.E203", "jobsapp.E204", "jobsapp.E205", "jobsapp.W201",
     "tracking.E001", "tracking.E002", "tracking.E003", "tracking.E004", "tracking.E005", "tracking.E006",
 }  # fmt: skip

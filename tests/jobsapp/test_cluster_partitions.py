@@ -18,6 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 from jobsapp import api, client, keys
+from jobsapp.checks import check_redis_mode
 from jobsapp.connection import get_redis, master_name
 from jobsapp.errors import ReplicationTimeout
 from jobsapp.outcomes import DeadReason, OutcomeKind
@@ -220,3 +221,19 @@ def test_a_job_of_another_partition_is_filed_once_and_not_at_all_when_a_sweeper_
     assert [entry.jid for entry in api.DeadSet()] == ["0123456789abcdef01234567"]
     assert "boom again" not in api.DeadSet().find_job("0123456789abcdef01234567").raw.decode()
     assert per_partition(lambda: int(redis.llen(keys.inflight(identity)))) == [0, 0, 0]
+
+
+def test_check_warns_when_the_partitions_do_not_land_one_per_master(partitioned, settings):
+    # Given the three-master cluster, first with one partition per master, then with one in all
+    def warnings() -> list[str]:
+        return [message.msg for message in check_redis_mode() if message.id == "jobsapp.W048"]
+
+    spread = warnings()
+    settings.JOBSAPP = {**settings.JOBSAPP, "CLUSTER_PARTITIONS": 1}
+    single = warnings()
+    settings.JOBSAPP = {**settings.JOBSAPP, "CLUSTER_PARTITIONS": 4}
+    crowded = warnings()
+    # Then only the settings that leave a master out, or crowd one, are warned about
+    assert spread == []
+    assert len(single) == 1 and "leaves 2 of the cluster's 3 masters without a partition" in single[0]
+    assert len(crowded) == 1 and "more than one partition on a master" in crowded[0]
