@@ -468,6 +468,7 @@ class ReliableFetch(_Interruptible):
         #: this process's in-flight list in each partition
         self.inflight_keys = [keys.in_partition(self.inflight_key, index) for index in range(self.partitions)]
         self._turn = 0  # the partition the next take asks first
+        self._unsure: set[int] = set()  # partitions whose last fetch failed (its reply may have been lost)
         self._blocking_id = None
         self._interrupted = threading.Event()
         self._waiters = QueueWaiters(self.inflight_key, client=client, make_blocking_client=make_blocking_client)
@@ -507,18 +508,38 @@ class ReliableFetch(_Interruptible):
 
     def _take_partitioned(self, order: list[str], count: int, *, block_seconds: float) -> list[UnitOfWork]:
         """``take`` on a partitioned cluster: one ``fetch.lua`` per partition, in turn, until one
-        gives jobs; else one waiter per queue and partition blocks."""
+        gives jobs; else one waiter per queue and partition blocks.
+
+        A partition whose master does not answer (being replaced after a failure, say) is passed
+        over while another gives jobs, so the others' jobs keep running; the Redis error is raised
+        only when no partition gave any. That partition's failed fetch may have moved jobs into
+        its in-flight list with its reply lost: when it answers again, this take raises instead
+        of returning, and the caller's ordinary path after a failed fetch reconciles the
+        in-flight lists (every job there that the process does not hold goes back to its queue,
+        the ones just fetched too)."""
         paused: frozenset[str] = frozenset()
+        failure: BaseException | None = None
         for step in range(self.partitions):
             index = (self._turn + step) % self.partitions
-            with keys.using_partition(index):
-                fetched = scripts.fetch(self.client, inflight_key=self.inflight_keys[index], queue_names=order, count=count)
+            try:
+                with keys.using_partition(index):
+                    fetched = scripts.fetch(self.client, inflight_key=self.inflight_keys[index], queue_names=order, count=count)
+            except connection.REDIS_ERRORS as exc:
+                failure = failure or exc
+                self._unsure.add(index)
+                continue
+            if index in self._unsure:
+                self._unsure.discard(index)
+                raise redis.ConnectionError(f"partition {index} answers again after a failed fetch: reconciling the in-flight lists")
             self.prioritised_seen = self.prioritised_seen or fetched.prioritised
             if index == 0:
                 paused = fetched.paused  # pausing writes every partition's set; partition 0's is the one read
             if fetched.jobs:
                 self._turn = index + 1
                 return [UnitOfWork(raw, queue, index) for raw, queue in fetched.jobs]
+        if failure is not None:
+            self._turn += 1  # the next take starts past it
+            raise failure
         if block_seconds <= 0:
             return []
         ready = [name for name in order if name not in paused]

@@ -134,3 +134,63 @@ def master_of_the_engine_or_none(cluster: RedisClusterServers, killed: RedisServ
             if int(low) <= slot <= int(high) and int(owner[1]) != killed.port:
                 return next((candidate for candidate in cluster.nodes if candidate.port == int(owner[1])), None)
     return None
+
+
+@pytest.mark.skipif(not SOAK, reason="soak only (JOBSAPP_SOAK=1): a second failover scenario, run by hand")
+def test_another_partitions_master_killed_the_others_keep_running(cluster, settings, ledger, start_worker, measure):
+    engine_settings = {"REDIS_URL": cluster.url, "REDIS_CLUSTER": True, "CLUSTER_PARTITIONS": PARTITIONS}
+    settings.JOBSAPP = {**settings.JOBSAPP, **engine_settings}
+    connection.reset()
+    # Given a backlog spread over the three partitions and a worker draining it
+    expected = [f"cp-{index}" for index in range(JOBS)]
+    for start in range(0, JOBS, 1000):
+        LedgerJob.perform_bulk([[ledger_id, 2] for ledger_id in expected[start : start + 1000]])
+    tag = "{" + keys.partition_tag(1, PARTITIONS) + "}"
+    owner = cluster.client().get_node_from_key(tag)
+    master = next(node for node in cluster.nodes if node.port == owner.port)
+    worker = start_worker(
+        ["-c", str(CONCURRENCY), "-t", "5"],
+        overrides={**engine_settings, **FAST_LIVENESS, "FETCH_BATCH_SIZE": FETCH_BATCH_SIZE},
+        env={"REDIS_CLUSTER": "1"},
+        redis_url=cluster.url,
+    )
+    wait_until(lambda: ledger.hlen(DONE) >= JOBS // 5, timeout_seconds=60, message=f"work under way: {worker.output[-2000:]}")
+    # When partition 1's master is SIGKILLed
+    done_before = ledger.hlen(DONE)
+    killed_at = time.monotonic()
+    master.kill()
+    slot = key_slot(keys.partition_tag(1, PARTITIONS).encode())
+
+    def promoted() -> bool:
+        for node in cluster.nodes:
+            if node is master or node.process is None or node.process.poll() is not None:
+                continue
+            try:
+                slots = node.client().execute_command("CLUSTER", "SLOTS")
+            except (redis.RedisError, OSError):
+                continue
+            return any(int(low) <= slot <= int(high) and int(owner[1]) != master.port for low, high, owner, *_ in slots)
+        return False
+
+    wait_until(promoted, timeout_seconds=30, message="a replica promoted")
+    promoted_seconds = time.monotonic() - killed_at
+    done_while_down = ledger.hlen(DONE) - done_before
+    # Then the other partitions' jobs kept running while it was replaced, and none is lost
+    everything = f"every job ran: {worker.output[-3000:]}"
+    wait_until(lambda: ledger.hlen(DONE) >= JOBS, timeout_seconds=120, interval_seconds=0.5, message=everything)
+    finished = ledger.hgetall(DONE)
+    lost = [ledger_id for ledger_id in expected if ledger_id.encode() not in finished]
+    duplicates = sum(int(count) - 1 for count in finished.values() if int(count) > 1)
+    assert worker.process is not None and worker.process.poll() is None, "the worker died with the master"
+    worker.stop()
+    measure(
+        "cluster failover of partition 1",
+        jobs=JOBS,
+        lost=len(lost),
+        duplicates=duplicates,
+        promoted_seconds=promoted_seconds,
+        jobs_done_before_the_promotion=done_while_down,
+    )
+    assert lost == []
+    assert done_while_down > CONCURRENCY * 2
+    assert duplicates <= 2 * (CONCURRENCY + FETCH_BATCH_SIZE) + 1
