@@ -1,6 +1,7 @@
 """Shards: more than one Redis, each a complete, independent engine (Sidekiq's answer to "one
 Redis is not enough"). A shard may itself be a Redis Cluster (``"REDIS_CLUSTER": True``): then its
-key names carry hash tags, ``jobsapp.keys``).
+key names carry hash tags, ``jobsapp.keys``, and ``"CLUSTER_PARTITIONS"`` spreads its queues over
+the cluster's masters).
 
 ``JOBSAPP["SHARDS"]`` names the extra servers; the top-level connection settings are the shard
 named ``"default"``::
