@@ -31,11 +31,11 @@ Where each is sent (the process and thread named are where receivers run):
 A receiver that raises is logged (``jobsapp.celery.signals``) and the others still run, as
 Celery's ``Signal.send`` does; nothing a receiver does changes what becomes of the task.
 
-``task_received`` is sent only by a worker taking a task. A process that knows its worker runs
-elsewhere (a test process driving a ``runworkers`` subprocess, where Celery's test worker would
-be a thread of the test process) says so with ``worker_elsewhere(reason)``: connecting a
-``task_received`` receiver there is then a ``NotImplementedError`` instead of a receiver that is
-silently never called.
+``task_received``, ``worker_ready`` and ``worker_shutdown`` are sent only by a worker process. A
+process that knows its worker runs elsewhere (a test process driving a ``runworkers``
+subprocess, where Celery's test worker would be a thread of the test process) says so with
+``worker_elsewhere(reason)``: connecting a receiver to one of them there is then a
+``NotImplementedError`` instead of a receiver that is silently never called.
 """
 
 from __future__ import annotations
@@ -147,15 +147,16 @@ def _receiver_id(receiver: Any) -> Any:
     return id(receiver)
 
 
-#: Why no worker runs in this process (``worker_elsewhere``), or None: receivers of ``task_received`` connect.
+#: Why no worker runs in this process (``worker_elsewhere``), or None: the worker's own signals take receivers.
 _worker_elsewhere: str | None = None
 
 
 @contextmanager
 def worker_elsewhere(reason: str) -> Iterator[None]:
-    """Within this block, connecting a receiver to a signal only a worker sends (``task_received``)
-    raises ``NotImplementedError`` with ``reason``: this process runs no worker, so the receiver
-    would never be called (connect it in a module the worker imports instead)."""
+    """Within this block, connecting a receiver to a signal only a worker sends (``task_received``,
+    ``worker_ready``, ``worker_shutdown``) raises ``NotImplementedError`` with ``reason``: this
+    process runs no worker, so the receiver would never be called (connect it in a module the
+    worker imports instead)."""
     global _worker_elsewhere
     previous, _worker_elsewhere = _worker_elsewhere, reason
     try:
@@ -170,7 +171,7 @@ class _SentByWorkers(Signal):
     def _connect(self, receiver: Receiver, sender: Any = None, weak: bool = True, dispatch_uid: Any = None) -> Receiver:
         if _worker_elsewhere is not None:
             raise NotImplementedError(
-                f"{self.name} is sent in the worker process that takes the task, and this process runs none "
+                f"{self.name} is sent in a worker process, and this process runs none "
                 f"({_worker_elsewhere}): connect the receiver in a module the worker imports (its tasks.py)"
             )
         return super()._connect(receiver, sender=sender, weak=weak, dispatch_uid=dispatch_uid)
@@ -216,7 +217,7 @@ def install_worker_signals() -> None:
         chain.add(WorkerSignals)
 
 
-class _WorkerSignal(Signal):
+class _WorkerSignal(_SentByWorkers):
     """A signal sent by ``WorkerSignals``: connecting to it installs that middleware."""
 
     def _connect(self, receiver: Receiver, sender: Any = None, weak: bool = True, dispatch_uid: Any = None) -> Receiver:

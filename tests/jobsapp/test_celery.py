@@ -169,6 +169,8 @@ def test_a_task_received_receiver_is_refused_where_the_worker_runs_elsewhere():
         with pytest.raises(NotImplementedError, match="runworkers is a subprocess of these tests"):
             task_received.connect(receiver)
         assert receiver not in task_received.receivers
+        with pytest.raises(NotImplementedError, match="worker_ready is sent in a worker process"):
+            worker_ready.connect(receiver)
         # And a signal the calling process sends itself (before_task_publish) still connects
         before_task_publish.connect(receiver)
         before_task_publish.disconnect(receiver)
