@@ -328,6 +328,12 @@ def chord_added(chord_id: str) -> str:
     return f"{prefix()}jobsapp:chord-added:{chord_id}"
 
 
+def chord_failed(chord_id: str) -> str:
+    """STRING set (NX) by the first header part of a Celery-style chord run that fails for good: the
+    callback is recorded FAILED and its errbacks called once, however many parts fail. TTL as results."""
+    return f"{prefix()}jobsapp:chord-failed:{chord_id}"
+
+
 def celery_group(group_id: str) -> str:
     """STRING: a Celery ``GroupResult.save()``'d ids (its ``as_tuple()`` as JSON); TTL as results."""
     return f"{prefix()}jobsapp:celery-group:{group_id}"

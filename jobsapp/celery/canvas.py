@@ -77,6 +77,8 @@ LINK_KEY = "celery_link"  # callbacks, each pushed with this task's value (signa
 ERRBACK_KEY = "celery_link_error"  # errbacks, called when this task fails for good (signature dicts)
 #: A signature option (not a Celery one): the chord whose header part this task ends (a chain's last task).
 CHORD_OPTION = "chord"
+#: A signature option (not a Celery one): the run of a chord (or of a group a chain turns into one) being applied.
+RUN_OPTION = "chord_run"
 EXPIRES_KEY = "celery_expires_at"  # epoch seconds after which the task is revoked unrun
 HEADERS_KEY = "celery_headers"
 
@@ -479,6 +481,13 @@ def push_step(step: dict[str, Any], prepend: Sequence[Any], *, rest: Sequence[di
         return
     if kind == "group":
         members = list(step["kwargs"]["tasks"])
+        group_errbacks = _list_option((step.get("options") or {}).get("link_error"))
+        if group_errbacks:  # a group's own errbacks are each of its tasks', as Celery applies them
+            linked = [from_dict(dict(each)) for each in members]
+            for member in linked:
+                for errback in group_errbacks:
+                    member.link_error(from_dict(copy.deepcopy(errback)))
+            members = [dict(each) for each in linked]
         if rest:  # a group followed by more: a chord whose callback is the rest (as Celery upgrades it)
             push_step(_chord_dict(members, _chain_dict(rest), step.get("options") or {}), prepend, rest=[])
             return
@@ -489,7 +498,11 @@ def push_step(step: dict[str, Any], prepend: Sequence[Any], *, rest: Sequence[di
         body = step["kwargs"]["body"]
         if rest:
             body = _chain_dict([body, *rest])
-        _apply_chord(list(step["kwargs"]["header"]), body, list(prepend), chord_id=(step.get("options") or {}).get("group_id"))
+        own = step.get("options") or {}
+        delivery = {name: own[name] for name in ("countdown", "eta", "expires") if own.get(name) is not None}
+        for each in step["kwargs"]["header"] if delivery else []:  # a chord's countdown delays its header (Celery #7851)
+            _merged_into_header(each, {}, delivery)
+        _apply_chord(list(step["kwargs"]["header"]), body, list(prepend), run=(step.get("options") or {}).get(RUN_OPTION))
         return
     if kind == "chunks":
         for chunk_id, arguments in zip(step["options"]["chunk_ids"], _chunk_args(step), strict=True):
@@ -663,19 +676,88 @@ def header_parts(header: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for each in header:
         if each.get("subtask_type") == "group":
             parts.extend(header_parts(list(each["kwargs"]["tasks"])))
-        else:
+        elif not _is_empty(each):  # an empty chain in a header runs nothing and is not waited for
             parts.append(each)
     return parts
 
 
+def final_tasks(step: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The tasks whose values are the step's (in place): a chain's last step's, a chord's
+    callback's, each member's of a group; None when one is ``chunks`` or an empty canvas."""
+    kind = step.get("subtask_type")
+    if kind == "chain":
+        return final_tasks(step["kwargs"]["tasks"][-1]) if step["kwargs"]["tasks"] else None
+    if kind == "chord":
+        body = step["kwargs"]["body"]
+        return final_tasks(body) if body else None
+    if kind == "group":
+        each_final = [final_tasks(each) for each in step["kwargs"]["tasks"]]
+        if not each_final or any(finals is None for finals in each_final):
+            return None
+        return [task for finals in each_final if finals is not None for task in finals]
+    if kind == "chunks":
+        return None
+    return [step]
+
+
 def _check_header(header: list[dict[str, Any]]) -> None:
-    """Each part of a chord's header ends in one task (a task, a chain, a chord); anything else is refused."""
+    """Each part of a chord's header ends in tasks (a task, a chain, a chord, a group); ``chunks`` are refused."""
     for each in header_parts(header):
-        if final_task(each) is None:
+        if not final_tasks(each):
             raise NotImplementedError(
-                "a chord's header part must end in one task (a task, a chain or a chord whose callback ends in one task): "
-                "a chain ending in a group, a chord whose callback is a group, and chunks are not supported there"
+                "a chord's header part must end in tasks (a task, a chain, a chord or a group): "
+                "chunks, or an empty group or chain at the end of a part, are not supported there"
             )
+
+
+def _send_part(part: dict[str, Any], prepend: Sequence[Any], chord_info: dict[str, Any]) -> None:
+    """Push one header part (frozen) whose final tasks record their values in the chord."""
+    finals = final_tasks(part) or []
+    if finals == [part] and finals[0] is part:
+        _push_task(part, prepend, rest=[], chord=chord_info)
+        return
+    for last in finals:
+        last["options"][CHORD_OPTION] = chord_info
+    push_step(part, prepend, rest=[])
+
+
+def _mark_runs(step: dict[str, Any]) -> None:
+    """Give every chord (and group, which a chain may turn into one) of a canvas being applied its
+    own run (in place): its parts are recorded under the run, so applying a frozen chord again
+    runs its callback again, while a follow-up pushed twice (same run) records nothing twice."""
+    kind = step.get("subtask_type")
+    if kind in ("group", "chord"):
+        step.setdefault("options", {})[RUN_OPTION] = new_id()
+    if kind in ("chain", "group"):
+        for each in step["kwargs"]["tasks"]:
+            _mark_runs(each)
+    elif kind == "chord":
+        for each in step["kwargs"]["header"]:
+            _mark_runs(each)
+        if step["kwargs"]["body"] is not None:
+            _mark_runs(step["kwargs"]["body"])
+
+
+def _merged_into_header(step: dict[str, Any], kwargs: dict[str, Any], options: dict[str, Any]) -> None:
+    """Give the first tasks of a header part (in place) the chord's call kwargs and its delivery options."""
+    kind = step.get("subtask_type")
+    if kind == "chain":
+        if step["kwargs"]["tasks"]:
+            _merged_into_header(step["kwargs"]["tasks"][0], kwargs, options)
+        return
+    if kind == "group":
+        for each in step["kwargs"]["tasks"]:
+            _merged_into_header(each, kwargs, options)
+        return
+    if kind == "chord":
+        for each in step["kwargs"]["header"]:
+            _merged_into_header(each, kwargs, options)
+        return
+    if kwargs and not step.get("immutable"):
+        step["kwargs"] = {**(step.get("kwargs") or {}), **kwargs}
+    own = step.setdefault("options", {})
+    for name, value in options.items():
+        own.setdefault(name, value)
 
 
 def _apply_lazy_chord(
@@ -688,28 +770,45 @@ def _apply_lazy_chord(
     if task_id:
         _name_final(body, task_id)
     _freeze_all(body)
-    chord_id = str(options.get("group_id") or new_id())
+    chord_id = new_id()  # the run's: each application is a new run
     chord_info = {"id": chord_id, "header": [], LAZY_FIELD: True, "body": body}
     results: list[Any] = []
     for each in header:
         step = copy.deepcopy(dict(signature(each)))
         _check_header([step])
         _freeze_all(step)
-        for part in header_parts([step]):
-            last = final_task(part) or part
-            add_chord_part(chord_id, str(last["options"]["task_id"]))
-            if part is last:
-                _push_task(part, prepend, rest=[], chord=chord_info)
-            else:
-                last["options"][CHORD_OPTION] = chord_info
-                push_step(part, prepend, rest=[])
+        for part in [_gathered(each) for each in header_parts([step])]:
+            for last in final_tasks(part) or []:
+                add_chord_part(chord_id, str(last["options"]["task_id"]))
+            _send_part(part, prepend, chord_info)
             results.append(_result_for(part, None))
     chord_part_done(chord_info, SEAL_PART, None, queue=str((body.get("options") or {}).get("queue") or "default"))
-    return _result_for(body, GroupResult(chord_id, results))  # type: ignore[return-value]
+    return _result_for(body, GroupResult(str(options.get("group_id") or chord_id), results))  # type: ignore[return-value]
 
 
-def _apply_chord(header: list[dict[str, Any]], body: dict[str, Any], prepend: list[Any], *, chord_id: str | None = None) -> None:
-    header = header_parts(header)
+#: Celery's task that gathers a group's values into one (builtin_tasks.py defines it).
+ACCUMULATE = "celery.accumulate"
+
+
+def _gathered(part: dict[str, Any]) -> dict[str, Any]:
+    """A header part whose value is a group's values (a chain or chord ending in a group) ends in
+    ``celery.accumulate`` instead, which gives them as one list: the part's one value, as Celery's."""
+    kind = part.get("subtask_type")
+    if kind == "chain" and part["kwargs"]["tasks"]:
+        last = part["kwargs"]["tasks"][-1]
+        part["kwargs"]["tasks"][-1] = _gather_group(last) if last.get("subtask_type") == "group" else _gathered(last)
+    elif kind == "chord" and part["kwargs"]["body"] is not None:
+        body = part["kwargs"]["body"]
+        part["kwargs"]["body"] = _gather_group(body) if body.get("subtask_type") == "group" else _gathered(body)
+    return part
+
+
+def _gather_group(step: dict[str, Any]) -> dict[str, Any]:
+    return _chord_dict(list(step["kwargs"]["tasks"]), dict(Signature(ACCUMULATE, (), {"index": 0})), dict(step.get("options") or {}))
+
+
+def _apply_chord(header: list[dict[str, Any]], body: dict[str, Any], prepend: list[Any], *, run: str | None = None) -> None:
+    header = [_gathered(each) for each in header_parts(header)]
     _check_header(header)
     _freeze_all(body)
     if not header:
@@ -717,18 +816,24 @@ def _apply_chord(header: list[dict[str, Any]], body: dict[str, Any], prepend: li
         return
     for each in header:
         _freeze_all(each)
-    # a part's value is its final task's (a chain's last, a chord's callback's): that task carries the chord (CHORD_OPTION)
-    last_tasks = [final_task(each) or each for each in header]
-    chord_info = {"id": chord_id or new_id(), "header": [str(each["options"]["task_id"]) for each in last_tasks], "body": body}
-    for each, last in zip(header, last_tasks, strict=True):
-        if each is last:
-            _push_task(each, prepend, rest=[], chord=chord_info)
-        else:
-            last["options"][CHORD_OPTION] = chord_info
-            push_step(each, prepend, rest=[])
+    # a part's values are its final tasks' (a chain's last, a chord's callback's, a group's members'):
+    # those tasks carry the chord (CHORD_OPTION)
+    finals = [task for each in header for task in final_tasks(each) or []]
+    chord_info = {"id": run or new_id(), "header": [str(each["options"]["task_id"]) for each in finals], "body": body}
+    for each in header:
+        _send_part(each, prepend, chord_info)
 
 
 # --- the primitives ---------------------------------------------------------------------------
+
+
+def _live(steps: list[Any]) -> list[Signature[Any]]:
+    """The signatures a canvas holds, themselves (made signature objects in place): changing one,
+    as ``chord.tasks[0].link_error(...)`` does, changes the canvas, as in Celery."""
+    for index, each in enumerate(steps):
+        if not isinstance(each, Signature):
+            steps[index] = from_dict(each)
+    return list(steps)
 
 
 def _flatten(tasks: tuple[Any, ...]) -> list[Signature[Any]]:
@@ -777,7 +882,7 @@ class chain(Signature[Any]):
 
     @property
     def tasks(self) -> tuple[Signature[Any], ...]:
-        return tuple(from_dict(dict(each)) for each in self["kwargs"]["tasks"])
+        return tuple(_live(self["kwargs"]["tasks"]))
 
     def __repr__(self) -> str:
         tasks = self.tasks
@@ -853,6 +958,7 @@ class chain(Signature[Any]):
         if always_eager():
             return apply_eagerly(frozen, list(args or ()))
         _freeze_all(frozen)
+        _mark_runs(frozen)
         result = _result_for(frozen, None)
         push_step(frozen, list(args or ()), rest=[])
         return result  # type: ignore[return-value]
@@ -877,7 +983,7 @@ class group(Signature[Any]):
 
     @property
     def tasks(self) -> list[Signature[Any]]:
-        return [from_dict(dict(each)) for each in self["kwargs"]["tasks"]]
+        return _live(self["kwargs"]["tasks"])
 
     def __repr__(self) -> str:
         tasks = self.tasks
@@ -941,6 +1047,7 @@ class group(Signature[Any]):
         if always_eager():
             return apply_eagerly(frozen, list(args or ()))
         _freeze_all(frozen)
+        _mark_runs(frozen)
         result = _result_for(frozen, None)
         push_step(frozen, list(args or ()), rest=[])
         if isinstance(result, GroupResult) and len(result.results) == 1 and isinstance(result.results[0], GroupResult):
@@ -974,12 +1081,14 @@ class chord(Signature[Any]):
 
     @property
     def tasks(self) -> tuple[Signature[Any], ...]:
-        return tuple(from_dict(dict(each)) for each in self["kwargs"]["header"])
+        return tuple(_live(self["kwargs"]["header"]))
 
     @property
     def body(self) -> Signature[Any] | None:
         body = self["kwargs"]["body"]
-        return from_dict(dict(body)) if body is not None else None
+        if body is not None and not isinstance(body, Signature):
+            body = self["kwargs"]["body"] = from_dict(body)
+        return body
 
     def __repr__(self) -> str:
         body = self.body
@@ -1006,10 +1115,16 @@ class chord(Signature[Any]):
         return callback
 
     def link_error(self, errback: Signature[Any]) -> Signature[Any]:
-        """Link ``errback`` to the chord's callback (called once if a header task or the callback fails)."""
+        """Link ``errback`` to the chord's callback (called once if a header task or the callback
+        fails); with the app's ``task_allow_error_cb_on_chord_header``, to each header task too
+        (immutable), as Celery's."""
         body = self.body
         if body is None:
             raise ValueError("a chord without a callback cannot be linked")
+        app = current.current_app()
+        if app is not None and app.conf.get("task_allow_error_cb_on_chord_header"):
+            for task in self.tasks:
+                task.link_error(errback.clone().set(immutable=True))
         body.link_error(errback)
         self["kwargs"] = {**self["kwargs"], "body": dict(body)}
         return errback
@@ -1034,17 +1149,26 @@ class chord(Signature[Any]):
         callback = body if body is not None else self["kwargs"]["body"]
         if callback is None:
             raise ValueError("a chord needs a callback: chord(header, callback) or chord(header)(callback)")
+        callback = from_dict(copy.deepcopy(dict(callback)))
+        for linked in _list_option(options.pop("link", None)):  # the call's callbacks and errbacks go to the chord's callback
+            callback.link(from_dict(linked))
+        for errback in _list_option(options.pop("link_error", None)):
+            callback.link_error(from_dict(errback))
         lazy, self._lazy_header = getattr(self, "_lazy_header", None), None  # a generator is read once
         if lazy is not None and not always_eager():
-            return _apply_lazy_chord(lazy, copy.deepcopy(dict(callback)), list(args or ()), self.options, options.get("task_id"))
+            return _apply_lazy_chord(lazy, dict(callback), list(args or ()), self.options, options.get("task_id"))
         header = [dict(signature(each)) for each in lazy] if lazy is not None else list(self["kwargs"]["header"])
-        frozen = _chord_dict(copy.deepcopy(header), copy.deepcopy(dict(callback)), self.options)
+        frozen = _chord_dict(copy.deepcopy(header), dict(callback), {**self.options, **options})
         if options.get("task_id"):
             _name_final(frozen, str(options["task_id"]))
+        if kwargs:  # the call's kwargs go to the header's tasks, as its args do
+            for each in frozen["kwargs"]["header"]:
+                _merged_into_header(each, dict(kwargs), {})
         if always_eager():
             return apply_eagerly(frozen, list(args or ()))
         _check_header(frozen["kwargs"]["header"])
         _freeze_all(frozen)
+        _mark_runs(frozen)
         result = _result_for(frozen, None)
         push_step(frozen, list(args or ()), rest=[])
         return result  # type: ignore[return-value]

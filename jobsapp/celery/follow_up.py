@@ -55,6 +55,7 @@ from .canvas import (
     RESULT_EXPIRES_SECONDS,
     NotRegistered,
     Signature,
+    _list_option,
     from_dict,
     lookup_task,
     push_by_name,
@@ -265,6 +266,9 @@ def _fail_chord(chord: dict[str, Any], task_id: str, fields: dict[str, str]) -> 
     body = chord.get("body")
     if not isinstance(body, dict):
         return
+    marker = keys.chord_failed(str(chord.get("id", "")))
+    if not get_redis().set(marker, task_id, nx=True, ex=RESULT_EXPIRES_SECONDS) and get_redis().get(marker) != task_id.encode():
+        return  # another part of this run failed first (a rerun of that part does it again): callback failed, errbacks called once
     error = ChordError(f"Dependency {task_id} raised {fields['error_class']}({fields['error_message']!r})")
     # the callback's result raises a ChordError that is also the header task's own exception
     # (result.chord_error): ``except ChordError`` (the canvas guide) and ``except HeaderError``
@@ -272,17 +276,19 @@ def _fail_chord(chord: dict[str, Any], task_id: str, fields: dict[str, str]) -> 
     chord_fields = {**error_fields(error), CHORD_DEPENDENCY_FIELD: fields.get(EXCEPTION_FIELD, "")}
     record_failed(body, chord_fields, reason="dependency_failed")
     for task in _called_first(body):  # as Celery, whose callback is the first task of a chain body
-        errbacks = (task.get("options") or {}).get("link_error")
-        if isinstance(errbacks, list) and errbacks:
+        errbacks = _list_option((task.get("options") or {}).get("link_error"))
+        if errbacks:
             call_errbacks(errbacks, str((task.get("options") or {}).get("task_id") or ""), error, request=None, traceback_text=None)
     _fail_chords_waiting_on(body, task_id, fields)  # the callback was a header part of an outer chord
 
 
 def _fail_chords_waiting_on(step: dict[str, Any], task_id: str, fields: dict[str, str]) -> None:
-    """Fail the chords a step that will never run was a header part of (its final task carries the chord)."""
+    """Fail the chords a step that will never run was a header part of (its final tasks carry the chord), each once."""
+    failed_runs: set[str] = set()
     for task in tasks_of(step):
         waiting = (task.get("options") or {}).get(CHORD_OPTION)
-        if isinstance(waiting, dict):
+        if isinstance(waiting, dict) and str(waiting.get("id")) not in failed_runs:
+            failed_runs.add(str(waiting.get("id")))
             _fail_chord(waiting, task_id, fields)
 
 

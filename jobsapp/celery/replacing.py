@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import result_writer
 from .canvas import (
+    ACCUMULATE,
     CHAIN_KEY,
     CHORD_KEY,
     CHORD_OPTION,
@@ -41,9 +42,6 @@ from .canvas import (
 )
 from .exceptions import Ignore, ImproperlyConfigured
 from .result import REPLACED_FIELD
-
-#: Celery's task that gathers a group's values (builtin_tasks.py defines it).
-ACCUMULATE = "celery.accumulate"
 
 
 def replace(task: Any, request: Any, sig: Any) -> Any:

@@ -3,7 +3,8 @@
 A task's state comes from its ``jobsapp.results`` record: none, queued, scheduled or running is
 PENDING (running is STARTED when the task tracks it, ``track_started``, as Celery's), retrying
 RETRY, succeeded SUCCESS, failed FAILURE (REVOKED when it was revoked or expired). ``get()``
-polls the record (every ``interval`` seconds) and raises the task's error
+polls the record (10 ms after the first read, then twice as long each time, up to ``interval``
+seconds) and raises the task's error
 as Celery does: the exception class when it is a builtin or already loaded in this process,
 else ``TaskFailure`` naming it (a result never makes this process import anything).
 """
@@ -51,6 +52,9 @@ _STATES: dict[str, str] = {
 #: replacements a read follows.
 REPLACED_FIELD = "celery_replaced_by"
 _MAX_REPLACEMENTS = 100
+
+#: ``get()``'s first pause between reads of the record; each next one doubles, up to ``interval``.
+FIRST_POLL_SECONDS = 0.01
 
 REVOKED_ERROR = f"{TaskRevokedError.__module__}.{TaskRevokedError.__qualname__}"
 #: A record's reason when the task was cancelled while it ran (``revoke(terminate=True)``, ``jobsapp.api.cancel``).
@@ -149,6 +153,8 @@ class AsyncResult(ResultBase, Generic[Returned]):
         return f"<AsyncResult: {self.id}>"
 
     def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):  # Celery's: a result equals its id
+            return other == self.id
         return isinstance(other, AsyncResult) and other.id == self.id
 
     def __hash__(self) -> int:
@@ -233,6 +239,7 @@ class AsyncResult(ResultBase, Generic[Returned]):
         if self.ignored:
             return None  # type: ignore[return-value]  # Celery's get() of an ignored result
         deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.0  # the polls start fast and slow down to ``interval``: a quick task is seen at once
         while True:
             record = self._record()
             if record is not None and record.ignored:  # Ignore: only a SUCCESS it stored itself is an outcome
@@ -247,7 +254,8 @@ class AsyncResult(ResultBase, Generic[Returned]):
                 return error  # type: ignore[return-value]
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"The operation timed out: task {self.id} is not ready after {timeout:g} s")
-            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+            pause = min(interval, pause * 2) if pause else min(interval, FIRST_POLL_SECONDS)
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
 
     wait = get
 

@@ -114,7 +114,8 @@ class Context:
         self.kwargs: dict[str, Any] = {}
         self.called_directly = True
         self.is_eager = False
-        self.eta: float | None = None
+        #: When the task was due (ISO 8601, as Celery's), for one pushed with ``countdown``/``eta``; else None.
+        self.eta: str | None = None
         self.expires: float | None = None
         self.headers: dict[str, Any] | None = None
         self.delivery_info: dict[str, Any] = {}
@@ -173,6 +174,8 @@ class Context:
         self.chain = item.get(CHAIN_KEY) or None
         self.callbacks = item.get(LINK_KEY) or None
         self.errbacks = item.get(ERRBACK_KEY) or None
+        eta = fields.get("eta")
+        self.eta = eta if isinstance(eta, str) else None
 
 
 def _module_level_stand_in(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -518,7 +521,10 @@ class Task(Generic[Params, Returned]):
         options: dict[str, Any] = {"on_commit": False}  # Celery pushes at once; delay_on_commit waits
         task_id = task_id or new_jid()
         options["jid"] = task_id
-        request = request if request is not None else lineage.request_fields(task_id)
+        request = dict(request) if request is not None else lineage.request_fields(task_id)
+        if eta is not None or countdown:  # the request's eta, as Celery's (ISO 8601)
+            due = _epoch(eta) if eta is not None else now() + float(countdown or 0)
+            request["eta"] = dt.datetime.fromtimestamp(due, dt.UTC).isoformat()
         options[lineage.REQUEST_KEY] = request
         message, headers = lineage.before_publish(
             self.name,

@@ -57,8 +57,7 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    everything = os.environ.get("JOBSAPP_CELERY_CANVAS") == "1"
-    not_ready = [item for item in items if _ported(item.path) and not everything and not expectations.collected(_test_id(item))]
+    not_ready = [item for item in items if _ported(item.path) and not expectations.collected(_test_id(item))]
     if not_ready:
         config.hook.pytest_deselected(items=not_ready)
         items[:] = [item for item in items if item not in not_ready]

@@ -22,8 +22,8 @@ stay as they are.
 
 from __future__ import annotations
 
+import os
 import re
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +51,7 @@ RULES = (
     Rule(r"^import billiard as multiprocessing$", "import multiprocessing", ("test_tasks.py",)),
     Rule(r"^import celery$", "import jobsapp.celery as celery", ("test_tasks.py",)),
     Rule(r"^from celery(\.[\w.]+)? import ", r"from jobsapp.celery\1 import ", ("tasks.py", "test_tasks.py", "test_canvas.py")),
-    Rule(r"^(\s+)from celery(\.[\w.]+)? import ", r"\1from jobsapp.celery\2 import ", ("tasks.py",)),
+    Rule(r"^(\s+)from celery(\.[\w.]+)? import ", r"\1from jobsapp.celery\2 import ", ("tasks.py", "test_canvas.py")),
     Rule(r"^from \.conftest import ", "from tests.conformance.celery_integration.harness import ", ("test_tasks.py", "test_canvas.py")),
 )
 
@@ -84,15 +84,26 @@ def port_text(name: str, text: str) -> str:
 
 
 def port(source: Path, destination: Path = PORTED) -> Path:
-    """Write the ported files into ``destination`` (replaced whole) from the sdist's root ``source``."""
-    if destination.exists():
-        shutil.rmtree(destination)
+    """Write the ported files into ``destination`` from the sdist's root ``source``. A file whose
+    ported text is already there is left alone, and one that changes is replaced atomically, so
+    several test runs may start at once (CI runs the canvas tests beside the main suite); a file
+    the port does not make (an older layout's) is removed."""
+    wanted: dict[Path, str] = {}
     for package in PACKAGES:
-        (destination / package).mkdir(parents=True)
-        (destination / package / "__init__.py").write_text('"""Ported at test time by celery_integration/port.py (not kept in git)."""\n')
+        wanted[destination / package / "__init__.py"] = '"""Ported at test time by celery_integration/port.py (not kept in git)."""\n'
     for path in FILES:
-        text = (source / path).read_text(encoding="utf-8")
-        (destination / path).write_text(port_text(Path(path).name, text), encoding="utf-8")
+        wanted[destination / path] = port_text(Path(path).name, (source / path).read_text(encoding="utf-8"))
+    if destination.exists():
+        for stale in destination.rglob("*.py"):
+            if stale not in wanted:
+                stale.unlink(missing_ok=True)
+    for target, text in wanted.items():
+        if target.exists() and target.read_text(encoding="utf-8") == text:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(f".{target.name}.{os.getpid()}")
+        staged.write_text(text, encoding="utf-8")
+        os.replace(staged, target)
     return destination
 
 
