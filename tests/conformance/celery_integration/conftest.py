@@ -92,8 +92,10 @@ def celery_session_worker(celery_session_app: object, redis_server: RedisServer)
         "REDIS_PORT": str(redis_server.port),
     }
     redis_server.client().flushall()  # once, as Celery's suite starts on an empty broker; not per test (below)
+    # 4 threads, where Celery's test worker has 1: a test gives 42 failing tasks and their errbacks a
+    # second after the first errback, which one thread does not always do on a loaded machine
     with (
-        WorkerProcess(["-c", "1", "-q", "default"], env=env, redis_url=redis_server.url) as process,
+        WorkerProcess(["-c", "4", "-q", "default"], env=env, redis_url=redis_server.url) as process,
         signals.worker_elsewhere("the suite's worker is a runworkers process, where Celery's test worker is a thread of the tests'"),
     ):
         yield process
