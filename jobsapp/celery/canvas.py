@@ -20,9 +20,11 @@ is chosen (frozen) when it is applied, and each task's job carries what follows 
   good, as Celery 5 calls them (``jobsapp.celery.follow_up``).
 
 A chord's header part may be a task, a chain or a chord (its value is its final task's, which
-carries the chord); a group in a header is unrolled, each of its tasks a part. Not supported,
-refused with ``NotImplementedError`` when applied: a header part that does not end in one task (a
-chain ending in a group, a chord whose callback is a group, ``chunks``).
+carries the chord); a group in a header is unrolled, each of its tasks a part, and a part that
+ends in a group (a chain's last step, a chord's callback) gives the group's values as one list
+(``celery.accumulate``). Tasks may join a chord after it was applied (``add_to_chord``, a
+generator header read as the chord is applied): chord_part.lua counts them. Not supported,
+refused with ``NotImplementedError`` when applied: ``chunks`` in a chord's header.
 """
 
 from __future__ import annotations
