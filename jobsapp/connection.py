@@ -489,20 +489,25 @@ def reset() -> None:
     _modes.clear()
 
 
-#: shard name -> (the settings objects it was read from, whether it is a cluster, its partitions)
-_modes: dict[str, tuple[tuple[object, ...], bool, int]] = {}
+#: shard name -> (the JOBSAPP setting it was read from, whether it is a cluster, its partitions)
+_modes: dict[str, tuple[object, bool, int]] = {}
 
 
-def _mode(shard: str | None) -> tuple[tuple[object, ...], bool, int]:
+def _mode(shard: str | None) -> tuple[object, bool, int]:
+    """A shard's cluster mode and partitions. Both come from ``settings.JOBSAPP`` alone (its
+    SHARDS entry or its top level, else the defaults), so the answer is kept until that object
+    is replaced (override_settings, a test's ``settings`` fixture): every key name asks, and the
+    check costs one attribute read. The JOBSAPP object is held by the cache, so its identity is
+    never reused while compared."""
     name = shard or shards.current()
-    seen = _settings_seen()
+    jobsapp = getattr(settings, "JOBSAPP", None)
     cached = _modes.get(name)
-    if cached is not None and _same_settings(cached[0], seen):
+    if cached is not None and cached[0] is jobsapp:
         return cached
     cluster = bool(shards.setting(name, "REDIS_CLUSTER"))
     count = shards.setting(name, "CLUSTER_PARTITIONS") if cluster else 1
     count = count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else 1  # else check jobsapp.E006 says so
-    entry = _modes[name] = (seen, cluster, count)
+    entry = _modes[name] = (jobsapp, cluster, count)
     return entry
 
 

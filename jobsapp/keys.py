@@ -120,7 +120,13 @@ def prefix() -> str:
     if not _cluster_mode():
         return ""
     index = _partition.get()
-    return _HOME_PREFIX if index == 0 else f"{{{partition_tag(index, _partition_count())}}}:"
+    return _HOME_PREFIX if index == 0 else _tagged(index, _partition_count())
+
+
+@cache
+def _tagged(index: int, count: int) -> str:
+    """The prefix of partition ``index`` of ``count``: its hash tag in braces and a colon."""
+    return f"{{{partition_tag(index, count)}}}:"
 
 
 def partitions() -> range:
@@ -133,7 +139,7 @@ def in_partition(key: str, index: int) -> str:
     a process's in-flight list there, say. Outside cluster mode, ``key`` itself."""
     if not key or not _cluster_mode():
         return key
-    return f"{{{partition_tag(index, _partition_count())}}}:{strip_prefix(key)}"
+    return _tagged(index, _partition_count()) + strip_prefix(key)
 
 
 def absent() -> str:
@@ -150,6 +156,20 @@ def strip_prefix(key: str) -> str:
         if end > 0:
             return key[end + 2 :]
     return key
+
+
+_last_day: tuple[dt.date, str] = (dt.date.min, dt.date.min.isoformat())
+
+
+def _iso_day(day: dt.date) -> str:
+    """``day.isoformat()``, kept for the last day asked: every ack names today's counters."""
+    global _last_day
+    last = _last_day
+    if last[0] == day:
+        return last[1]
+    text = day.isoformat()
+    _last_day = (day, text)
+    return text
 
 
 # --- Sidekiq's layout -------------------------------------------------------------------
@@ -198,12 +218,12 @@ def signals(identity: str) -> str:
 
 def stat_processed_daily(day: dt.date) -> str:
     """STRING daily counter, UTC date, 5-year TTL."""
-    return f"{prefix()}stat:processed:{day.isoformat()}"
+    return f"{prefix()}stat:processed:{_iso_day(day)}"
 
 
 def stat_failed_daily(day: dt.date) -> str:
     """STRING daily counter, UTC date, 5-year TTL."""
-    return f"{prefix()}stat:failed:{day.isoformat()}"
+    return f"{prefix()}stat:failed:{_iso_day(day)}"
 
 
 # --- Our own bookkeeping ----------------------------------------------------------------
@@ -261,7 +281,7 @@ def last_ack(identity: str) -> str:
 
 def stat_expired_daily(day: dt.date) -> str:
     """STRING daily counter of expired jobs, UTC date, 5-year TTL."""
-    return f"{prefix()}jobsapp:stat:expired:{day.isoformat()}"
+    return f"{prefix()}jobsapp:stat:expired:{_iso_day(day)}"
 
 
 def slot(hostname: str, slot_number: int) -> str:

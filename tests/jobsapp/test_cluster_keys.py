@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from jobsapp import keys, scripts
+from jobsapp import keys, scripts, shards
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -267,3 +267,27 @@ def test_the_import_time_scan_finds_a_key_name_in_a_class_body(tmp_path):
     module = tmp_path / "example.py"
     module.write_text("from jobsapp import keys\n\n\nclass Example:\n    name = keys.DEAD\n", encoding="utf-8")
     assert key_names_read_at_import(module, root=tmp_path) == ["example.py:5: keys.DEAD"]
+
+
+def test_names_follow_a_settings_change_and_the_current_shard(settings):
+    # Given standalone settings whose "far" shard is a cluster of three partitions
+    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_CLUSTER": False, "SHARDS": {"far": {"REDIS_CLUSTER": True, "CLUSTER_PARTITIONS": 3}}}
+    # When names are asked for on each shard, then after the settings are replaced
+    plain = (keys.QUEUES, keys.queue("default"))
+    with shards.using("far"), keys.using_partition(2):
+        far = (keys.QUEUES, keys.queue("default"), keys.partition_count())
+    settings.JOBSAPP = {**settings.JOBSAPP, "REDIS_CLUSTER": True, "CLUSTER_PARTITIONS": 2}
+    with keys.using_partition(1):
+        clustered = (keys.QUEUES, keys.queue("default"), keys.partition_count())
+    # Then each answer is the one of the settings and shard in force when it was asked
+    assert plain == ("queues", "queue:default")
+    assert far == (f"{{{keys.partition_tag(2, 3)}}}:queues", f"{{{keys.partition_tag(2, 3)}}}:queue:default", 3)
+    assert clustered == (f"{{{keys.partition_tag(1, 2)}}}:queues", f"{{{keys.partition_tag(1, 2)}}}:queue:default", 2)
+
+
+def test_daily_names_follow_the_day_asked_for(standalone_mode):
+    # Given two days, asked for in turn
+    first, second = dt.date(2026, 1, 2), dt.date(2026, 1, 3)
+    names = [keys.stat_processed_daily(day) for day in (first, second, first)] + [keys.stat_failed_daily(second)]
+    # Then each name carries its own day
+    assert names == ["stat:processed:2026-01-02", "stat:processed:2026-01-03", "stat:processed:2026-01-02", "stat:failed:2026-01-03"]
