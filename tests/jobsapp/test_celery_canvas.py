@@ -181,3 +181,49 @@ def test_a_one_task_group_is_still_a_group_unless_it_holds_a_group():
     # Then the first gives a list of one value; the second the inner group's values (Celery's special case)
     assert isinstance(single, GroupResult) and single.get(timeout=TIMEOUT) == [2]
     assert nested.get(timeout=TIMEOUT) == [4, 5]
+
+
+def test_a_generator_header_is_read_when_the_chord_is_applied():
+    # Given a chord whose header is a generator
+    read: list[int] = []
+
+    def header() -> Iterator[Signature[int]]:
+        for number in range(3):
+            read.append(number)
+            yield add.s(number, number)
+
+    workflow = chord(header(), tsum.s())
+    # Then nothing of it is read when the chord is declared
+    assert read == []
+    # And applying it pushes each task as it comes, and the callback gets their values in order
+    result = workflow.apply_async()
+    assert read == [0, 1, 2]
+    assert result.get(timeout=TIMEOUT) == 6
+    assert result.parent.get(timeout=TIMEOUT) == [0, 2, 4]
+    # And an empty generator gives the callback an empty list
+    assert chord((add.s(n, n) for n in range(0)), tsum.s()).apply_async().get(timeout=TIMEOUT) == 0
+
+
+def test_a_frozen_chord_applied_twice_runs_its_callback_twice():
+    # Given a frozen chord (its ids fixed)
+    workflow = chord([add.s(1, 1), add.s(2, 2)], tsum.s())
+    workflow.freeze()
+    # Then each application is a run of its own: the callback runs again with the same ids
+    first = workflow.apply_async()
+    assert first.get(timeout=TIMEOUT) == 6
+    first.forget()
+    second = workflow.apply_async()
+    assert second.id == first.id and second.get(timeout=TIMEOUT) == 6
+
+
+def test_a_saved_group_result_is_restored_by_its_id():
+    # Given a group's result, saved
+    saved = group(add.s(1, 1), add.s(2, 2)).apply_async()
+    saved.save()
+    # Then restore() gives it back by its id, with its tasks' results
+    restored = GroupResult.restore(saved.id)
+    assert restored is not None and [each.id for each in restored.results] == [each.id for each in saved.results]
+    assert restored.get(timeout=TIMEOUT) == [2, 4]
+    # And once deleted it is gone
+    saved.delete()
+    assert GroupResult.restore(saved.id) is None
