@@ -8,8 +8,10 @@ three partitions (``CLUSTER_PARTITIONS = 3``), all started here on loopback, tak
 ``--rounds`` times (alternated, so a shared machine's load falls on each alike). With
 ``--baseline DIR`` (another checkout of the project, e.g. ``git archive <commit> | tar -x -C DIR``)
 a standalone drain by that checkout's worker takes its turn too: the same machine's before and
-after. Prints jobs per second of each run and each configuration's median, and the medians as a
-share of standalone's.
+after. Prints jobs per second of each run and the worker's CPU (user + system, from
+``/proc/<pid>/stat``) per job over the same span, each configuration's medians, and the medians as
+a share of standalone's. On a shared machine the rate follows the load; the CPU per job is the
+engine's own cost and barely moves with it.
 """
 
 from __future__ import annotations
@@ -30,9 +32,15 @@ from tests.redis_cluster import RedisClusterServers  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
 
-def drain(url: str, *, cluster: bool, jobs: int, concurrency: int, partitions: int = 1, tree: Path = ROOT) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of process ``pid`` so far (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def drain(url: str, *, cluster: bool, jobs: int, concurrency: int, partitions: int = 1, tree: Path = ROOT) -> tuple[float, float]:
     """Jobs per second of one drain of ``jobs`` empty jobs pushed beforehand, by a worker of the
-    checkout ``tree``."""
+    checkout ``tree``, and the worker's CPU microseconds per job over the same span."""
     from django.conf import settings
 
     from jobsapp import client, connection, keys
@@ -60,10 +68,13 @@ def drain(url: str, *, cluster: bool, jobs: int, concurrency: int, partitions: i
         while int(engine.get(keys.STAT_PROCESSED) or 0) == 0:  # from the first job done: start-up not counted
             time.sleep(0.005)
         started = time.monotonic()
+        cpu_at_start = cpu_seconds(worker.pid)
         first = int(engine.get(keys.STAT_PROCESSED) or 0)
         while int(engine.get(keys.STAT_PROCESSED) or 0) < jobs:
             time.sleep(0.01)
-        return (jobs - first) / (time.monotonic() - started)
+        elapsed = time.monotonic() - started
+        cpu = cpu_seconds(worker.pid) - cpu_at_start
+        return (jobs - first) / elapsed, cpu / (jobs - first) * 1e6
     finally:
         worker.terminate()
         worker.wait(timeout=60)
@@ -92,6 +103,7 @@ def main() -> None:
     if options.baseline is not None:
         setups.insert(1, ("standalone (baseline)", standalone.url, False, 1, options.baseline.resolve()))
     rates: dict[str, list[float]] = {name: [] for name, *_ in setups}
+    cpus: dict[str, list[float]] = {name: [] for name, *_ in setups}
     try:
         for round_number in range(options.rounds):
             for name, url, cluster, partitions, tree in setups:
@@ -99,16 +111,25 @@ def main() -> None:
                     (one_master if name.startswith("1") else three_masters).flushall()
                 else:
                     standalone.client().flushall()
-                rate = drain(url, cluster=cluster, jobs=options.jobs, concurrency=options.concurrency, partitions=partitions, tree=tree)
+                rate, cpu = drain(
+                    url, cluster=cluster, jobs=options.jobs, concurrency=options.concurrency, partitions=partitions, tree=tree
+                )
                 rates[name].append(rate)
-                print(f"round {round_number + 1}: {name}: {rate:,.0f} jobs/s", flush=True)
+                cpus[name].append(cpu)
+                load = os.getloadavg()[0]
+                print(f"round {round_number + 1}: {name}: {rate:,.0f} jobs/s, worker CPU {cpu:.1f} us/job (load {load:.1f})", flush=True)
     finally:
         for server in (standalone, one_master, three_masters):
             server.stop()
     base = statistics.median(rates["standalone"])
+    base_cpu = statistics.median(cpus["standalone"])
     for name, values in rates.items():
         median = statistics.median(values)
-        print(f"{name}: median {median:,.0f} jobs/s ({median / base:.0%} of standalone)")
+        cpu = statistics.median(cpus[name])
+        print(
+            f"{name}: median {median:,.0f} jobs/s ({median / base:.0%} of standalone), "
+            f"worker CPU {cpu:.1f} us/job ({cpu / base_cpu:.0%} of standalone)"
+        )
 
 
 if __name__ == "__main__":
