@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import secrets
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from .. import client, registry
@@ -762,13 +762,28 @@ def _merged_into_header(step: dict[str, Any], kwargs: dict[str, Any], options: d
         own.setdefault(name, value)
 
 
+#: A lazy chord's (a generator header) marker: its last part is the seal, recorded once every task was pushed.
+LAZY_FIELD = "lazy"
+SEAL_PART = "+sealed"
+#: The worker side's chord bookkeeping, ``(add_chord_part, chord_part_done)``: ``follow_up``, which
+#: sits above this module, installs it when imported (``jobsapp.celery`` imports it on its own import).
+_chord_bookkeeping: tuple[Callable[[str, str], None], Callable[..., None]] | None = None
+
+
+def install_chord_bookkeeping(add_part: Callable[[str, str], None], part_done: Callable[..., None]) -> None:
+    """Name how a lazy chord's parts are added and its seal recorded (``follow_up`` calls it)."""
+    global _chord_bookkeeping
+    _chord_bookkeeping = (add_part, part_done)
+
+
 def _apply_lazy_chord(
     header: Iterator[Any], body: dict[str, Any], prepend: list[Any], options: dict[str, Any], task_id: str | None
 ) -> AsyncResult[Any]:
     """Apply a chord whose header is a generator: each task is pushed as the generator gives it
     (counted as a part added later), then a seal part is recorded, which completes the chord."""
-    from .follow_up import LAZY_FIELD, SEAL_PART, add_chord_part, chord_part_done
-
+    if _chord_bookkeeping is None:
+        raise RuntimeError("jobsapp.celery.follow_up is not imported: import jobsapp.celery, which imports it")
+    add_chord_part, chord_part_done = _chord_bookkeeping
     if task_id:
         _name_final(body, task_id)
     _freeze_all(body)

@@ -51,12 +51,14 @@ from .canvas import (
     CHORD_OPTION,
     ENGINE_RETRY_LIMIT,
     ERRBACK_KEY,
+    LAZY_FIELD,
     LINK_KEY,
     RESULT_EXPIRES_SECONDS,
     NotRegistered,
     Signature,
     _list_option,
     from_dict,
+    install_chord_bookkeeping,
     lookup_task,
     push_by_name,
     push_step,
@@ -141,9 +143,6 @@ def _push_follow_ups(jid: str, item: Item, value: Any) -> None:
         chord_part_done(chord, str(chord.get("part") or jid), value, queue=str(item.get("queue") or "default"))
 
 
-#: A lazy chord's (a generator header) marker: its last part is the seal, recorded once every task was pushed.
-LAZY_FIELD = "lazy"
-SEAL_PART = "+sealed"
 #: The chord hash's count of the parts added later (chord_part.lua reads it; it is not a part).
 ADDED_FIELD = "+added"
 
@@ -376,3 +375,6 @@ def call_errbacks(
 
 
 __all__ = ["CHORD_UNLOCK", "ChordUnlock", "call_errbacks", "failed", "push_by_name", "push_follow_up", "succeeded"]
+
+
+install_chord_bookkeeping(add_chord_part, chord_part_done)  # canvas applies a generator header's chord through them

@@ -25,7 +25,7 @@ from . import exception_fields
 from .exceptions import CeleryError, ChordError, TaskFailure, TaskRevokedError, TimeoutError
 from .trace import inside_worker_task
 from .utils.serialization import rebuild_exception
-from .values import RESULT_EXPIRES_SECONDS, _jsonable, decoded
+from .values import RESULT_EXPIRES_SECONDS, _jsonable, decoded, register_result_handle
 
 State = Literal["PENDING", "STARTED", "RETRY", "FAILURE", "SUCCESS"]
 
@@ -128,6 +128,9 @@ class ResultBase:
     """Celery's common base of result handles."""
 
     parent: ResultBase | None = None
+
+
+register_result_handle(ResultBase)
 
 
 class IncompleteStream(CeleryError):

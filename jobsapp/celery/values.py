@@ -49,6 +49,18 @@ def _encoded(value: Any) -> Any:
     return None
 
 
+#: The result handles' classes: ``jobsapp.celery.result`` names its base here when it is imported
+#: (it sits above this module). No handle exists before its class's module is imported.
+_result_handles: tuple[type, ...] = ()
+
+
+def register_result_handle(kind: type) -> None:
+    """Make instances of ``kind`` (which have ``as_tuple()``) travel as that tuple in arguments and results."""
+    global _result_handles
+    if kind not in _result_handles:
+        _result_handles = (*_result_handles, kind)
+
+
 def _jsonable(value: Any) -> Any:
     """Celery's JSON serializer's view (kombu's): tuples become lists; ``datetime``, ``date``,
     ``time``, ``UUID``, ``Decimal`` and (UTF-8) ``bytes`` become kombu's ``{"__type__",
@@ -64,9 +76,7 @@ def _jsonable(value: Any) -> Any:
     encoded = _encoded(value)
     if encoded is not None:
         return encoded
-    from .result import ResultBase  # here: result.py imports this module
-
-    if isinstance(value, ResultBase):  # a result handle travels as its as_tuple(), as Celery's backends store it
+    if isinstance(value, _result_handles):  # a result handle travels as its as_tuple(), as Celery's backends store it
         return _jsonable(value.as_tuple())  # type: ignore[attr-defined]
     dump = getattr(value, "model_dump", None)
     if callable(dump) and "pydantic" in sys.modules and isinstance(value, sys.modules["pydantic"].BaseModel):
