@@ -513,7 +513,8 @@ def _mode(shard: str | None) -> tuple[object, bool, int]:
 
 def cluster_mode(shard: str | None = None) -> bool:
     """Whether ``shard`` (default: ``shards.current()``) is a Redis Cluster: its keys then carry
-    hash tags. Cached like the clients, so a key name costs a dictionary lookup or two."""
+    hash tags. Kept until ``settings.JOBSAPP`` is replaced, so a key name costs a dictionary
+    lookup or two."""
     return _mode(shard)[1]
 
 
