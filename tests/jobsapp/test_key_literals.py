@@ -8,6 +8,7 @@ the prefixes and suffixes are matched.
 """
 
 import ast
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +80,8 @@ def test_no_key_literal_outside_keys_py():
 
 def test_the_scan_finds_a_key_literal():
     # Given a module that spells a queue key by hand (the scan must not pass vacuously)
-    sample = ROOT / "var" / "key_literal_sample.py"
+    # (one file per process: .ci/run runs this test in two suites at once)
+    sample = ROOT / "var" / f"key_literal_sample_{os.getpid()}.py"
     sample.parent.mkdir(exist_ok=True)
     source = '"""queue:prose is fine"""\nQUEUE = "queue:default"\nWORK = f"{identity}:work"\nURL = "jobsapp:overview"\n'
     sample.write_text(source, encoding="utf-8")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -77,7 +78,8 @@ def findings(path: Path) -> list[tuple[str, int, str]]:
 
 def test_the_scan_catches_each_way_in():
     assert len(python_files()) > 30
-    planted = ROOT / "var" / "planted_for_scan.py"
+    # (one file per process: .ci/run runs this test in two suites at once)
+    planted = ROOT / "var" / f"planted_for_scan_{os.getpid()}.py"
     planted.parent.mkdir(exist_ok=True)
     planted.write_text(
         "import pickle\nimport yaml\nfrom importlib import import_module\nyaml.load(x)\npickle.loads(b)\n"
