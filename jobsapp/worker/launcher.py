@@ -576,15 +576,18 @@ class WorkerProcess:
     def fence(self, reason: str, *, watchdog: Watchdog, async_lane: aio.AsyncLane, manager: Manager) -> None:
         """The heartbeat found this process declared dead (``reason``): other processes own its
         jobs now, and the limiter slots they held were released for others. On the heartbeat
-        thread, at once: stop the jobs as a lease expiry would (``LeaseExpired`` in the sync jobs
-        running under a guard, the async jobs' coroutines cancelled), give them
+        thread, at once: start no other job (``Manager.fence``), stop the running ones as a lease
+        expiry would (``LeaseExpired`` in the sync jobs, the async jobs' coroutines cancelled), give them
         ``FENCE_GRACE_SECONDS`` to unwind, then leave without putting back, acknowledging or
         releasing anything (what it no longer holds is someone else's; what it took since is
         recovered with its in-flight list by the next process in its slot, slots included) and
         restart clean: a -P child exits with ``EXIT_FENCED`` and its supervisor starts a new one
         in the slot; -P 1 executes its command line again. Never returns in a worker."""
         # Every moment a job runs on is a moment over its limits: nothing slow before the exit
-        # (the next process in the slot takes this identity off the process list)
+        # (the next process in the slot takes this identity off the process list). First no thread
+        # starts another job, then the running ones are interrupted: a thread whose job ends now
+        # would otherwise take the next one from the queue and run it until the exit
+        manager.fence()
         interrupted = watchdog.expire_leases()
         cancelled = async_lane.cancel_running() if manager.occupancy.async_running else 0  # their threads park; nothing files them
         logger.error(

@@ -80,6 +80,7 @@ class Manager:
                 self.occupancy, fetch=fetch, block_seconds=block_seconds, requeue=self._requeue_for, acknowledging=self.acker.held
             )
         self._threads: list[threading.Thread] = []
+        self.fenced = False  # declared dead (``fence``): the processor threads start no other job
 
     @property
     def durations(self) -> DurationCounter:
@@ -152,6 +153,13 @@ class Manager:
         limiter.release_at_exit(self.processor.policy.client, self.fetch.inflight_key)  # theirs, and those stuck past the hard limit
         return len(unfinished)
 
+    def fence(self) -> None:
+        """This process was declared dead (``WorkerProcess.fence``, on the heartbeat thread): its
+        processor threads start no other job, those whose jobs were interrupted included. A job
+        one of them takes from here stays in the in-flight list, recovered with it by the next
+        process in this slot; nothing is put back from here (no Redis call)."""
+        self.fenced = True
+
     # --- for the heartbeat ------------------------------------------------------------
 
     def busy(self) -> list[tuple[int, Running]]:
@@ -169,6 +177,9 @@ class Manager:
         while True:
             unit = self.dispatcher.next_unit(ident, backoff)
             if unit is None:
+                return
+            if self.fenced:  # declared dead: left in flight for the next process in this slot
+                self._leave(ident)
                 return
             self._run(ident, unit)
 

@@ -52,6 +52,26 @@ STEPS = 100
 MOST_STEPS_AFTER_RESUME = 5
 
 
+def jobs_started_once_fenced(output: str) -> list[str]:
+    """The job start lines a worker's processes logged between being declared dead and their
+    exit or restart (a -P 1 process restarts under the same pid: its new image's lines are not
+    counted)."""
+    lines = output.splitlines()
+    started = []
+    for index, line in enumerate(lines):
+        if "was declared dead (" not in line or " pid=" not in line:
+            continue
+        pid = line.split(" pid=", 1)[1].split(" ", 1)[0]
+        for later in lines[index + 1 :]:
+            if f" pid={pid} " not in later:
+                continue
+            if "restarting this worker process" in later or " started: " in later:
+                break
+            if later.endswith(" start"):
+                started.append(later)
+    return started
+
+
 def most_holders_at_once(ticks: list[list]) -> int:
     """The most runs (ledger id, attempt) whose first-to-last step spans overlap at one moment (a
     run of one step holds at that moment)."""
@@ -136,6 +156,8 @@ def test_a_process_paused_past_its_ttl_fences_itself_and_the_limit_holds(redis, 
     )
     # And A fenced itself and came back as new identities (-P 1: under the same pid; -P 2: new children)
     wait_until(lambda: "was declared dead" in paused.output, timeout_seconds=10, message="A logged that it was declared dead")
+    # And once fenced, no thread of A started another job (the one that takes it is A's slot successor)
+    assert jobs_started_once_fenced(paused.output) == [], paused.output[-4000:]
 
     def registered_again() -> int:
         identities = paused.redis.smembers("processes") - first_identities - set(other.identities)
