@@ -13,8 +13,12 @@ Sidekiq's Web UI and ``Sidekiq::ProcessSet`` / ``Sidekiq::Workers`` list our pro
 
 The TTL is what liveness means: a process that stops beating disappears after 60 s, and only
 then may its in-flight jobs be recovered. A beat that fails (Redis away) is logged and retried
-on the next tick (logged once per outage, backoff.py); ``consecutive_beats`` lets the sweeper wait until every live process has had
-a chance to beat again after an outage.
+on the next tick (logged once per outage, backoff.py). The sweeper judges only after two beats
+in a row (``consecutive_beats``), and after an outage long enough for keys to expire (no beat
+succeeded for the TTL less two intervals: Redis away or frozen) only once a TTL has passed since
+it ended (``ready_to_judge``): such an outage expires every process's key at once, and a live
+process on a loaded machine may take more than two intervals to beat again; it is given the TTL
+it has at any time.
 
 Fencing (reliable fetch): the heartbeat notices when this process may have been declared dead,
 and then calls ``on_fenced`` (the launcher stops the process's jobs and restarts it clean) and
@@ -24,7 +28,7 @@ beats no more under this identity:
   machine swapping): another process's sweeper may have recovered the jobs meanwhile. Measured
   between the end of one beat and the start of the next on the monotonic clock, so a Redis that
   froze or went away (a beat that took long or failed) is not a gap: every process waited alike
-  and the sweepers wait for two beats before judging anyone;
+  and the sweepers wait a TTL after it before judging anyone;
 - its in-flight list taken: ``recovery.recover_list`` leaves a verdict (``jobsapp:fenced:<identity>``,
   a day) once it has moved the jobs, and the beat reads it. Positive evidence, not an absence: a
   Redis that lost its data (a FLUSHDB, a restart without persistence) drops the process from
@@ -112,16 +116,21 @@ class Heartbeat(PollingComponent):
         self.reliable = reliable
         self.consecutive_beats = 0
         self._last_beat_monotonic: float | None = None
+        # after an outage long enough for keys to expire: no judging before this moment (monotonic)
+        self._judge_from = 0.0
         #: Called once, with the reason, when this process may have been declared dead (reliable fetch).
         self.on_fenced = on_fenced
         self.fenced = False
         self._active_at: float | None = None  # when the last beat ended (succeeded or failed)
 
     def ready_to_judge(self) -> bool:
-        """May this process call others dead? Only after two beats in a row, the last one recent:
-        then every live process has had time to beat too (used by the orphan sweeper)."""
+        """May this process call others dead? Only after two beats in a row, the last one recent,
+        and, after an outage long enough for keys to expire, once a TTL has passed since its end:
+        a live process is given the same TTL to beat again that it has at any time (used by the
+        orphan sweeper)."""
         last = self._last_beat_monotonic
-        return self.consecutive_beats >= 2 and last is not None and self.clock.monotonic() - last <= 2 * self.interval_seconds
+        now = self.clock.monotonic()
+        return self.consecutive_beats >= 2 and last is not None and now - last <= 2 * self.interval_seconds and now >= self._judge_from
 
     def start(self) -> None:
         self.beat()  # the process is listed before it takes a job
@@ -229,6 +238,11 @@ class Heartbeat(PollingComponent):
             # other processes' heartbeats may have expired meanwhile, so count again from here
             # before the sweeper may call anyone dead (found by fault scenario 4's frozen Redis)
             self.consecutive_beats = 0
+            if beaten_at - self._last_beat_monotonic > self.ttl_seconds - 2 * self.interval_seconds:
+                # long enough for live processes' keys to expire (their last beats came up to an
+                # interval before this one's): each gets a TTL from here to beat again, however
+                # loaded the machine, and only one silent that long is judged dead
+                self._judge_from = beaten_at + self.ttl_seconds
         self._last_beat_monotonic = beaten_at
         self.consecutive_beats += 1
         signal_name = results[-1]

@@ -49,6 +49,31 @@ def test_the_first_beat_is_at_start_then_one_per_interval_and_two_make_a_judge(r
     assert heartbeat.consecutive_beats == 1 and not heartbeat.ready_to_judge()
 
 
+def test_after_a_stalled_beat_it_judges_no_one_until_a_ttl_has_passed(redis):
+    # Given a heartbeat on a manual clock that may judge (two beats in a row)
+    clock = ManualClock()
+    _process, components = built(clock)
+    heartbeat = components.heartbeat
+    interval, ttl = heartbeat.interval_seconds, heartbeat.ttl_seconds
+    heartbeat.beat()
+    clock.advance(interval)
+    heartbeat.beat()
+    assert heartbeat.ready_to_judge()
+    # When a beat stalls past the TTL (a frozen Redis: every process's key expired meanwhile)
+    clock.advance(ttl + interval)
+    heartbeat.beat()
+    ended_at = clock.monotonic()
+    # Then two beats in a row are not enough: it waits a TTL from the outage's end, beating
+    # every interval, the time a live process slow to beat again has to do so
+    while clock.monotonic() + interval < ended_at + ttl:
+        clock.advance(interval)
+        heartbeat.beat()
+        assert heartbeat.consecutive_beats >= 2 and not heartbeat.ready_to_judge()
+    clock.advance(ended_at + ttl - clock.monotonic())
+    heartbeat.beat()
+    assert heartbeat.ready_to_judge()
+
+
 def test_a_signal_pushed_by_a_dashboard_arrives_with_the_next_beat(redis):
     # Given a started heartbeat
     clock = ManualClock()
