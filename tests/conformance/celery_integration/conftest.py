@@ -27,6 +27,7 @@ from tests.redis_server import RedisServer
 from tests.workers import WorkerProcess
 
 from . import expectations
+from .harness import rerunning
 from .port import PORTED, port
 
 try:
@@ -37,7 +38,24 @@ except upstream.IndexUnreachable as error:  # test_suite_source.py says so (a sk
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "flaky: Celery's rerun marker (pytest-rerunfailures): not rerun here")
+    config.addinivalue_line("markers", "flaky: Celery's rerun marker (pytest-rerunfailures' reruns, reruns_delay): honoured below")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A test Celery marks ``flaky(reruns=N, reruns_delay=S)`` runs again after a failure, as
+    Celery's own run of it does (``harness.rerunning``: each rerun a warning, a refusal never)."""
+    marker = pyfuncitem.get_closest_marker("flaky")
+    if marker is None:
+        return None
+    arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    rerunning(
+        lambda: pyfuncitem.obj(**arguments),
+        reruns=int(marker.kwargs.get("reruns", 1)),
+        delay_seconds=float(marker.kwargs.get("reruns_delay", 0)),
+        name=pyfuncitem.name,
+    )
+    return True
 
 
 def _ported(path: Path) -> bool:

@@ -7,9 +7,11 @@ file). The test modules import these names where they imported Celery's conftest
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -28,9 +30,37 @@ TEST_BROKER = "redis://"
 _timeout = pytest.mark.timeout(timeout=300)
 
 
+#: Celery's own marker on its flaky tests: ``pytest.mark.flaky(reruns=5, reruns_delay=2)``
+#: (pytest-rerunfailures): a failed test runs again, up to five more times, 2 s apart.
+RERUNS = 5
+RERUN_DELAY_SECONDS = 2.0
+
+
+def rerunning(call: Callable[[], Any], *, reruns: int, delay_seconds: float, name: str) -> Any:
+    """``call()``, run again after a failure up to ``reruns`` more times, ``delay_seconds``
+    apart, as Celery's ``flaky`` marker declares for its test. Each rerun is a warning in the
+    run's summary, so a flake stays visible; a refusal (``NotImplementedError``) is never rerun."""
+    for attempt in range(reruns + 1):
+        try:
+            return call()
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            if attempt == reruns:
+                raise
+            warnings.warn(f"{name} failed ({exc!r}): rerun {attempt + 1} of {reruns}, as Celery's flaky marker declares", stacklevel=1)
+            time.sleep(delay_seconds)
+    raise AssertionError("unreachable")
+
+
 def flaky(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Celery reruns these tests up to five times; here each runs once (a flake is a failure) within a timeout."""
-    return _timeout(function)
+    """Celery's ``flaky`` (its conftest's): reruns as its marker declares, within one timeout."""
+
+    @functools.wraps(function)
+    def rerun(*args: Any, **kwargs: Any) -> Any:
+        return rerunning(lambda: function(*args, **kwargs), reruns=RERUNS, delay_seconds=RERUN_DELAY_SECONDS, name=function.__qualname__)
+
+    return _timeout(rerun)
 
 
 def get_redis_connection() -> redis.Redis:
