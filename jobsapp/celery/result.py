@@ -409,13 +409,17 @@ class ResultSet(ResultBase):
     def get(
         self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5, callback: Any = None, **options: Any
     ) -> list[Any]:
-        """Every task's value, in order (the first error raised with ``propagate``); ``callback(task_id, value)`` for each."""
+        """Every task's value, in order; with ``propagate``, the first error to arrive is raised as
+        soon as it does (Celery's native join), not after the tasks before it end;
+        ``callback(task_id, value)`` for each."""
         if options.get("disable_sync_subtasks", True) and inside_worker_task():
             raise RuntimeError(
                 "Never call result.get() within a task! See "
                 "https://docs.celeryq.dev/en/latest/userguide/tasks.html#avoid-launching-synchronous-subtasks"
             )
         deadline = None if timeout is None else time.monotonic() + timeout
+        if propagate and len(self.results) > 1:
+            self._wait_raising_first_error(deadline, interval)
         values = []
         for each in self.results:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -428,6 +432,29 @@ class ResultSet(ResultBase):
 
     join = get
     join_native = get
+
+    def _wait_raising_first_error(self, deadline: float | None, interval: float) -> None:
+        """Wait until every task is ready (or the deadline passes), raising the error of the first
+        one seen failed. Each poll reads the tasks not ready yet, fast at first, then every ``interval``."""
+        pending = [each for each in self.results if not getattr(each, "ignored", False)]
+        pause = 0.0
+        while pending:
+            waiting = []
+            for each in pending:
+                if isinstance(each, ResultSet):
+                    ready, succeeded = each.ready(), each.successful()
+                else:
+                    state = each.state
+                    ready, succeeded = state in READY_STATES, state == SUCCESS
+                if ready and not succeeded:
+                    each.get(propagate=True, disable_sync_subtasks=False)  # raises its error
+                if not ready:
+                    waiting.append(each)
+            pending = waiting
+            if not pending or (deadline is not None and time.monotonic() >= deadline):
+                return  # the values are read in order next (TimeoutError there, past the deadline)
+            pause = min(interval, pause * 2) if pause else min(interval, FIRST_POLL_SECONDS)
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
 
     @property
     def result(self) -> list[Any]:
