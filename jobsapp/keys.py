@@ -242,6 +242,7 @@ CANCELLED: str  # ZSET score=request epoch seconds, member=jid: the cancels aske
 CANCEL_CHANNEL: str  # pub/sub channel: each message is the jid of a job to cancel, heard by every worker process
 PRIORITISED: str  # SET of queue names whose priority_queue() holds jobs: the index fetch reads first (jobsapp.priority)
 PRIORITY_SEQUENCE: str  # STRING counter: the arrival order of prioritised jobs, FIFO within one priority
+CELERY_REVOKED_STAMPS: str  # SET of ["header", value] JSON: Celery stamps revoked fleet-wide, kept until cleared (jobsapp.celery.stamping)
 
 
 def inflight(identity: str) -> str:
@@ -442,6 +443,7 @@ _NAMED: dict[str, str] = {
     "CANCEL_CHANNEL": "jobsapp:cancel",
     "PRIORITISED": "jobsapp:prioritised",
     "PRIORITY_SEQUENCE": "jobsapp:priority:sequence",
+    "CELERY_REVOKED_STAMPS": "jobsapp:celery-revoked-stamps",
     "CRON_JOBS": "cron_jobs",
     "UNIQUE_LOCK_PATTERN": "jobsapp:unique:*",
     "LIMITERS": "jobsapp:limiters",

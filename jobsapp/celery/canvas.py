@@ -37,10 +37,10 @@ from typing import Any, Generic, TypeVar
 
 from .. import client, registry
 from ..payload import new_jid, now
-from . import current, lineage
-from .exceptions import NotProvided
+from . import current, lineage, stamping
 from .options import check_options
 from .result import AsyncResult, GroupResult, ResultBase
+from .stamping import StampingVisitor
 from .values import RESULT_EXPIRES_SECONDS, _jsonable
 
 Returned = TypeVar("Returned", covariant=True)
@@ -130,6 +130,23 @@ def _list_option(value: Any) -> list[dict[str, Any]]:
     return [dict(each) for each in value]
 
 
+def _known_options(options: dict[str, Any], *, where: str, stamped: Sequence[str] = ()) -> dict[str, Any]:
+    """The options a signature keeps: Celery's honoured ones and its stamps (``stamped_headers``
+    and each header it or ``stamped`` names); ``check_options`` judges the others."""
+    allowed = {*HONOURED_OPTIONS, *stamped, *stamping.immutable_options(options)}
+    unknown = {key: value for key, value in options.items() if key not in allowed}
+    if unknown:
+        check_options(unknown, where=where)
+    return {key: value for key, value in options.items() if key in allowed}
+
+
+def _merged_options(own: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """``own`` updated by ``given``, except its stamps: a stamped header keeps its value (Celery's
+    immutable options)."""
+    immutable = stamping.immutable_options(own)
+    return {**own, **{key: value for key, value in given.items() if key not in immutable or key not in own}}
+
+
 class Signature(dict[str, Any], Generic[Returned]):
     """One task call, not yet applied: name, args, kwargs and options."""
 
@@ -150,11 +167,7 @@ class Signature(dict[str, Any], Generic[Returned]):
             self.setdefault("options", {})
             return
         name = task if isinstance(task, str) or task is None else getattr(task, "name", None)
-        merged = {**(options or {}), **ex}
-        unknown = {key: value for key, value in merged.items() if key not in HONOURED_OPTIONS}
-        if unknown:
-            check_options(unknown, where="signature()")
-        kept = {key: value for key, value in merged.items() if key in HONOURED_OPTIONS}
+        kept = _known_options({**(options or {}), **ex}, where="signature()")
         for name_of_list in ("link", "link_error"):
             if name_of_list in kept:
                 kept[name_of_list] = _list_option(kept[name_of_list])
@@ -233,15 +246,14 @@ class Signature(dict[str, Any], Generic[Returned]):
         copied = from_dict(copy.deepcopy(dict(self)))
         copied["args"] = list(self.args) if self.immutable or not args else [*args, *self.args]
         copied["kwargs"] = self.kwargs if self.immutable else {**self.kwargs, **(kwargs or {})}
-        copied["options"] = {**copy.deepcopy(self.options), **options}
+        copied["options"] = _merged_options(copy.deepcopy(self.options), options)
         return copied
 
     def set(self, immutable: bool | None = None, **options: Any) -> Signature[Returned]:
-        """Change options in place (Celery's ``sig.set(queue=...)``); returns the signature."""
-        unknown = {key: value for key, value in options.items() if key not in HONOURED_OPTIONS}
-        if unknown:
-            check_options(unknown, where="Signature.set()")
-        self["options"] = {**self.options, **{key: value for key, value in options.items() if key in HONOURED_OPTIONS}}
+        """Change options in place (Celery's ``sig.set(queue=...)``, which may change a stamp too);
+        returns the signature."""
+        known = _known_options(options, where="Signature.set()", stamped=stamping.stamped_names(self.options))
+        self["options"] = {**self.options, **known}
         if immutable is not None:
             self["immutable"] = immutable
         return self
@@ -276,14 +288,42 @@ class Signature(dict[str, Any], Generic[Returned]):
     def __or__(self, other: Signature[Any]) -> Signature[Any]:  # type: ignore[override]  # Celery's | builds a chain, not a merged dict
         return chain(self, other)
 
-    def stamp(self, visitor: Any = None, append_stamps: bool = False, **headers: Any) -> None:
-        """Stamping is not provided (``NotProvided``, a ``NotImplementedError``): see ``StampingVisitor``."""
-        raise NotProvided(
-            "stamping (Signature.stamp, StampingVisitor, revoke_by_stamped_headers) is not provided by jobsapp.celery: "
-            "pass the values as task arguments or headers= instead"
-        )
+    # --- stamping (Celery 5.3's, jobsapp.celery.stamping) ---------------------------------
 
-    stamp_links = stamp
+    def _stamp_headers(
+        self, visitor_headers: dict[str, Any] | None = None, append_stamps: bool = False, self_headers: bool = True, **headers: Any
+    ) -> dict[str, Any]:
+        """The stamps this node gets: ``headers``, the visitor's, and (``self_headers``) its own."""
+        return stamping.stamp_headers(self.options, visitor_headers, headers, append_stamps=append_stamps, self_headers=self_headers)
+
+    def _set_stamps(self, stamps: dict[str, Any]) -> None:
+        self["options"] = {**self.options, **stamps}
+
+    def stamp(self, visitor: StampingVisitor | None = None, append_stamps: bool = False, **headers: Any) -> Signature[Returned]:
+        """Stamp ``headers`` and the visitor's ``on_signature`` headers onto this task (each an
+        option, listed in ``options["stamped_headers"]``) and its callbacks and errbacks; a stamp
+        given again is replaced, or with ``append_stamps`` both values are kept in a list."""
+        self.stamp_links(visitor, append_stamps, **headers)
+        visitor_headers = None if visitor is None else (visitor.on_signature(self, **headers) or {})
+        self._set_stamps(self._stamp_headers(visitor_headers, append_stamps, **headers))
+        return self
+
+    def stamp_links(self, visitor: StampingVisitor | None, append_stamps: bool = False, **headers: Any) -> None:
+        """Stamp this task's ``link`` callbacks (``on_callback``) and ``link_error`` errbacks
+        (``on_errback``), a signature or a plain dict each, with ``headers`` and the visitor's,
+        not with this task's own stamps."""
+        options = self.options
+        for name, hook in (("link", "on_callback"), ("link_error", "on_errback")):
+            if not options.get(name):
+                continue
+            linked = [from_dict(each) for each in _list_option(options[name])]
+            given = copy.deepcopy(headers)
+            for each in linked:
+                visitor_headers = None if visitor is None else (getattr(visitor, hook)(each, **given) or {})
+                given = self._stamp_headers(visitor_headers, append_stamps, self_headers=False, **given)
+                each.stamp(visitor, append_stamps, **given)
+            options[name] = [dict(each) for each in linked]
+        self["options"] = options
 
     def __invert__(self) -> Returned:
         """``sig.apply_async().get()`` (a shell shortcut, as Celery's)."""
@@ -301,10 +341,7 @@ class Signature(dict[str, Any], Generic[Returned]):
         """Push the task with ``args`` prepended and ``options`` over the signature's."""
         if route_name is not None:
             check_options({"route_name": route_name}, where="Signature.apply_async()")
-        unknown = {key: value for key, value in options.items() if key not in HONOURED_OPTIONS}
-        if unknown:
-            check_options(unknown, where="Signature.apply_async()")
-        options = {key: value for key, value in options.items() if key in HONOURED_OPTIONS}
+        options = _known_options(options, where="Signature.apply_async()", stamped=stamping.stamped_names(self.options))
         for name_of_list in ("link", "link_error"):
             if name_of_list in options:
                 options[name_of_list] = [*_list_option(self.options.get(name_of_list)), *_list_option(options[name_of_list])]
@@ -538,6 +575,7 @@ def _push_task(step: dict[str, Any], prepend: Sequence[Any], *, rest: Sequence[d
         "link": _list_option(options.get("link")),
         "link_error": _list_option(options.get("link_error")),
         "request": lineage.request_fields(options.get("task_id"), options),
+        "stamps": stamping.stamps_of(options),
     }
     if task is not None:
         limits = {name: options[name] for name in ("soft_time_limit", "time_limit", "priority") if options.get(name) is not None}
@@ -562,6 +600,7 @@ def build_item(
     link: list[dict[str, Any]] | None = None,
     link_error: list[dict[str, Any]] | None = None,
     request: dict[str, Any] | None = None,
+    stamps: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Sidekiq item of one Celery task call (``at`` for a deferred one)."""
     item: dict[str, Any] = {"class": name, "args": _jsonable(list(args)), "retry": ENGINE_RETRY_LIMIT}
@@ -586,6 +625,8 @@ def build_item(
         item[LINK_KEY] = _jsonable(link)
     if link_error:
         item[ERRBACK_KEY] = _jsonable(link_error)
+    if stamps:
+        item[stamping.STAMPS_KEY] = _jsonable(stamps)
     if eta is not None:
         item["at"] = _epoch(eta)
     elif countdown:
@@ -608,6 +649,7 @@ def push_by_name(name: str, args: Sequence[Any], kwargs: dict[str, Any], **optio
         headers=item.get(HEADERS_KEY),
         eta=item.get("at"),
         expires=item.get(EXPIRES_KEY),
+        stamps=item.get(stamping.STAMPS_KEY),
     )
     if headers:
         item[HEADERS_KEY] = headers
@@ -929,6 +971,16 @@ class chain(Signature[Any]):
         self["kwargs"] = {**self["kwargs"], "tasks": steps}
         return errback
 
+    def stamp(self, visitor: StampingVisitor | None = None, append_stamps: bool = False, **headers: Any) -> None:  # type: ignore[override]  # Celery's chain.stamp returns None
+        """Stamp every step (``on_chain_start`` headers added) and the chain's own links."""
+        visitor_headers = None if visitor is None else (visitor.on_chain_start(self, **headers) or {})
+        headers = self._stamp_headers(visitor_headers, append_stamps, **headers)
+        self.stamp_links(visitor, **headers)  # without append_stamps, as Celery's chain
+        for task in self.tasks:
+            task.stamp(visitor, append_stamps, **headers)
+        if visitor is not None:
+            visitor.on_chain_end(self, **headers)
+
     @property
     def id(self) -> str | None:
         """The chain's id: None until it is frozen, then its last step's (as Celery's)."""
@@ -1032,6 +1084,16 @@ class group(Signature[Any]):
             steps.append(dict(step))
         self["kwargs"] = {**self["kwargs"], "tasks": steps}
         return errback
+
+    def stamp(self, visitor: StampingVisitor | None = None, append_stamps: bool = False, **headers: Any) -> None:  # type: ignore[override]  # Celery's group.stamp returns None
+        """Stamp every task of the group (``on_group_start`` headers added) and the group's own links."""
+        visitor_headers = None if visitor is None else (visitor.on_group_start(self, **headers) or {})
+        headers = self._stamp_headers(visitor_headers, append_stamps, **headers)
+        self.stamp_links(visitor, append_stamps, **headers)
+        for task in self.tasks:
+            task.stamp(visitor, append_stamps, **headers)
+        if visitor is not None:
+            visitor.on_group_end(self, **headers)
 
     def skew(self, start: float = 1.0, stop: float | None = None, step: float = 1.0) -> group:
         """Give the tasks countdowns ``start``, ``start + step``, ... (at most ``stop``)."""
@@ -1146,6 +1208,31 @@ class chord(Signature[Any]):
         self["kwargs"] = {**self["kwargs"], "body": dict(body)}
         return errback
 
+    def header_group(self) -> group:
+        """The chord's header as a group of its own signatures (``StampingVisitor.on_chord_header_start``)."""
+        made = group()
+        made["kwargs"]["tasks"] = self["kwargs"]["header"]
+        return made
+
+    def stamp(self, visitor: StampingVisitor | None = None, append_stamps: bool = False, **headers: Any) -> None:  # type: ignore[override]  # Celery's chord.stamp returns None
+        """Stamp the header's tasks (``on_chord_header_start`` headers added; a generator header as
+        it is read), the chord's own links, then (with a visitor, as Celery's) the callback with
+        ``on_chord_body``'s headers too."""
+        visitor_headers = None if visitor is None else (visitor.on_chord_header_start(self, **headers) or {})
+        headers = self._stamp_headers(visitor_headers, append_stamps, **headers)
+        self.stamp_links(visitor, append_stamps, **headers)
+        lazy = getattr(self, "_lazy_header", None)
+        if lazy is not None:
+            self._lazy_header = _stamped_as_read(lazy, visitor, append_stamps, headers)
+        for task in self.tasks:
+            task.stamp(visitor, append_stamps, **copy.deepcopy(headers))
+        if visitor is not None:
+            visitor.on_chord_header_end(self, **headers)
+        body = self.body
+        if visitor is not None and body is not None:
+            body_headers = self._stamp_headers(visitor.on_chord_body(self, **headers) or {}, append_stamps, **headers)
+            body.stamp(visitor, append_stamps, **body_headers)
+
     def freeze(self, _id: str | None = None, group_id: str | None = None, **options: Any) -> AsyncResult[Any]:
         """Give every task its id now (``_id`` goes to the callback's final task: the chord's id, as Celery's)."""
         if self.body is None:
@@ -1218,6 +1305,14 @@ class xstarmap(xmap):
         return f"[{self['kwargs']['task']['task']}(*x) for x in {_truncate(repr(self['kwargs']['it']))}]"
 
 
+def _stamped_as_read(header: Iterator[Any], visitor: StampingVisitor | None, append_stamps: bool, headers: dict[str, Any]) -> Iterator[Any]:
+    """A generator header's signatures, each stamped as the chord reads it (Celery's ``_regen`` map)."""
+    for each in header:
+        task = signature(each)
+        task.stamp(visitor, append_stamps, **copy.deepcopy(headers))
+        yield task
+
+
 def _truncate(text: str, limit: int = 100) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -1278,18 +1373,6 @@ class _chain(chain):
     _upgrades = False
 
 
-class StampingVisitor:
-    """Celery's stamping visitor base class. Stamping (headers stamped onto every task of a canvas,
-    revoked by stamp) is not provided: subclassing is allowed so modules that declare visitors
-    import, and making one raises ``NotImplementedError``."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(
-            "stamping (StampingVisitor, Signature.stamp, revoke_by_stamped_headers) is not provided by jobsapp.celery: "
-            "pass the values as task arguments or headers= instead"
-        )
-
-
 # --- eager application --------------------------------------------------------------------
 
 
@@ -1332,7 +1415,7 @@ def apply_eagerly(step: dict[str, Any], prepend: list[Any]) -> Any:
     signature_step = from_dict(dict(step))
     task = lookup_task(signature_step.task)
     args = list(signature_step.args) if signature_step.immutable or not prepend else [*prepend, *signature_step.args]
-    eager_options = {name: options[name] for name in ("ignore_result", "headers") if name in options}
+    eager_options = {name: options[name] for name in ("ignore_result", "headers", *stamping.immutable_options(options)) if name in options}
     result = task.apply(args, signature_step.kwargs, task_id=options.get("task_id"), **eager_options)
     for callback in _list_option(options.get("link")) if isinstance(result, EagerResult) and result.successful() else []:
         apply_eagerly(callback, [result.get()])

@@ -13,6 +13,10 @@ process; here a job is a thread, so every signal cancels the task the same way: 
 exception in the task, as SIGTERM's ``SystemExit`` in a Celery prefork child (SIGKILL cannot be
 honoured more strongly: the process and its other jobs go on). A signal that does not end a task
 in Celery (``SIGUSR1``: a soft time limit) warns once and cancels all the same.
+
+``revoke_by_stamped_headers(headers)``: the stamps are recorded as revoked for the whole fleet
+(``jobsapp.celery.stamping``), and every task that carries one ends REVOKED when a worker is
+about to run it; with ``terminate=True`` the running ones are cancelled as above.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from .. import api, result_writer, results
 from ..ending import Fate
-from . import current
+from . import current, stamping
 from .exceptions import TaskRevokedError
 from .options import warn_unsupported
 from .signals import task_revoked
@@ -88,6 +92,28 @@ def revoke(task_id: str | list[str], *, terminate: bool = False, signal: Any = N
             mark_revoked(each)
             _announce_revoked(each, location.record.item)
     return removed
+
+
+def revoke_by_stamped_headers(headers: dict[str, Any] | list[str], *, terminate: bool = False, signal: Any = None) -> str:
+    """Flag the stamps ``headers`` names (header -> a value or a list of them; Celery's
+    ``["header=value", ...]`` too) as revoked for the whole fleet (``stamping``): a task carrying
+    one of them ends REVOKED when a worker is about to run it. With ``terminate``, the running
+    tasks that carry one are cancelled as ``revoke(terminate=True)`` cancels a task. Returns
+    Celery's reply text."""
+    if isinstance(headers, list):
+        headers = dict(each.split("=", 1) for each in headers)
+    stamping.revoke(headers)
+    if not terminate:
+        return f"headers {headers} flagged as revoked, but not terminated"
+    _check_signal(signal)
+    terminated: dict[str, list[Any]] = {}
+    for task_id, matched in stamping.running_with(headers):
+        if api.cancel(task_id).outcome in (api.CancelOutcome.CANCELLED, api.CancelOutcome.CANCELLING):
+            for header, values in matched.items():
+                terminated.setdefault(header, []).extend(value for value in values if value not in terminated.get(header, []))
+    if not terminated:
+        return f"headers {headers} were not terminated"
+    return f"headers {terminated} revoked"
 
 
 class RevokedRequest:
@@ -222,7 +248,7 @@ class Inspect:
 
 
 class Control:
-    """``app.control``: ``inspect()`` and ``revoke``; the other remote commands need a broadcast
+    """``app.control``: ``inspect()``, ``revoke`` and ``revoke_by_stamped_headers``; the other remote commands need a broadcast
     channel to the workers, which runworkers does not have (``NotImplementedError`` naming it)."""
 
     def inspect(
@@ -240,6 +266,24 @@ class Control:
             return removed
         ids = [task_id] if isinstance(task_id, str) else list(task_id)
         text = f"tasks {', '.join(ids)} flagged as revoked"
+        return [{process.identity: {"ok": text}} for process in api.ProcessSet.all()] or [{"jobsapp": {"ok": text}}]
+
+    @staticmethod
+    def revoke_by_stamped_headers(
+        headers: dict[str, Any] | list[str],
+        destination: Any = None,
+        terminate: bool = False,
+        signal: Any = "SIGTERM",
+        reply: bool = False,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> Any:
+        """``revoke_by_stamped_headers`` (see the function): the stamps are revoked fleet-wide at
+        once (``destination`` cannot narrow them); with ``reply=True`` a reply per live process,
+        in Celery's words, else None, as Celery's broadcast without replies."""
+        text = revoke_by_stamped_headers(headers, terminate=terminate, signal=signal)
+        if not reply:
+            return None
         return [{process.identity: {"ok": text}} for process in api.ProcessSet.all()] or [{"jobsapp": {"ok": text}}]
 
     @staticmethod

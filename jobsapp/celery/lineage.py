@@ -79,6 +79,8 @@ _PROTOCOL_HEADERS = frozenset(
         "origin",
         "ignore_result",
         "replaced_task_nesting",
+        "stamped_headers",
+        "stamps",
     }
 )
 
@@ -92,8 +94,10 @@ def message_headers(
     eta: Any = None,
     expires: Any = None,
     custom: dict[str, Any] | None = None,
+    stamps: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The headers of a task message as Celery's ``before_task_publish`` receivers see them."""
+    """The headers of a task message as Celery's ``before_task_publish`` receivers see them
+    (``stamped_headers`` and ``stamps``: the task's stamps, as Celery's protocol 2 sends them)."""
     return {
         "lang": "py",
         "task": name,
@@ -106,6 +110,8 @@ def message_headers(
         "eta": eta,
         "expires": expires,
         "replaced_task_nesting": request.get("replaced_task_nesting", 0),
+        "stamped_headers": list(stamps or {}),
+        "stamps": dict(stamps or {}),
         **(custom or {}),
     }
 
@@ -121,12 +127,13 @@ def before_publish(
     headers: dict[str, Any] | None,
     eta: Any = None,
     expires: Any = None,
+    stamps: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Send ``before_task_publish``; returns the message headers and the custom headers to carry
     (the task's own plus any a receiver added)."""
     from .signals import before_task_publish
 
-    message = message_headers(name, task_id, request, eta=eta, expires=expires, custom=headers)
+    message = message_headers(name, task_id, request, eta=eta, expires=expires, custom=headers, stamps=stamps)
     if before_task_publish.has_listeners(name):
         body = (list(args), dict(kwargs), {"callbacks": None, "errbacks": None, "chain": None, "chord": None})
         before_task_publish.send(

@@ -8,6 +8,9 @@ given a body that gathers its values (``celery.accumulate``), so it has one last
 Celery. The replaced task's result record points at ``sig``'s last task
 (``REPLACED_FIELD``): ``AsyncResult`` of the replaced id follows it, so ``get()`` returns
 ``sig``'s value. Then ``Ignore`` ends the run: nothing else is recorded or pushed for it.
+Before it is pushed, ``sig`` is stamped with the replaced task's stamps and handed to
+``Task.on_replace`` (which may stamp it more, as Celery's ``on_replace`` hook does); its default
+pushes it (``send_replacement``).
 ``request.replaced_task_nesting`` is one higher in every task of ``sig``. Run eagerly
 (``apply``), ``sig`` is applied in the caller's thread and its value returned, as Celery's.
 
@@ -42,6 +45,7 @@ from .canvas import (
 )
 from .exceptions import Ignore, ImproperlyConfigured
 from .result import REPLACED_FIELD
+from .stamping import StampingVisitor
 
 
 def replace(task: Any, request: Any, sig: Any) -> Any:
@@ -51,7 +55,8 @@ def replace(task: Any, request: Any, sig: Any) -> Any:
     if request.called_directly:
         raise RuntimeError(f"{task.name}.replace() is called from the task a worker runs (or apply()), not from a direct call")
     if request.is_eager:
-        return replacement.apply().get()
+        _carry_stamps(replacement, request)
+        return task.on_replace(replacement)
     item = request.item if request.item is not None else {}
     replacement = copy.deepcopy(replacement)
     if replacement.subtask_type == "group":  # a group gets a last task: its values, gathered
@@ -70,12 +75,43 @@ def replace(task: Any, request: Any, sig: Any) -> Any:
         each.setdefault("options", {})["replaced_task_nesting"] = nesting
     _freeze_all(step)
     final = final_task(step)
-    final_id = _result_for(step, None).id  # type: ignore[attr-defined]
     chord_of_task = item.get(CHORD_KEY)
     if isinstance(chord_of_task, dict):
         if final is None:
             raise NotImplementedError("replacing a chord's header task by a group ending in a group is not supported")
         final.setdefault("options", {})[CHORD_OPTION] = {**chord_of_task, "part": request.id}
+    prepared = from_dict(step)
+    _carry_stamps(prepared, request)
+    return task.on_replace(prepared)
+
+
+class _CarriedStamps(StampingVisitor):
+    """Stamps every task of a replacement with the replaced task's stamps."""
+
+    def __init__(self, stamps: dict[str, Any]) -> None:
+        self.stamps = stamps
+
+    def on_signature(self, sig: Any, **headers: Any) -> dict[str, Any]:
+        return copy.deepcopy(self.stamps)
+
+
+def _carry_stamps(replacement: Signature[Any], request: Any) -> None:
+    """The replacement carries the replaced task's stamps (``Task.on_replace`` may stamp more)."""
+    names = list(getattr(request, "stamped_headers", None) or [])
+    if names:
+        stamps = getattr(request, "stamps", None) or {}
+        replacement.stamp(_CarriedStamps({name: stamps.get(name) for name in names}))
+
+
+def send_replacement(request: Any, replacement: Signature[Any]) -> Any:
+    """``Task.on_replace``'s default: push the prepared replacement (eager: apply it here and return
+    its value), point the replaced task's result at it, and end the run with ``Ignore``."""
+    if request.is_eager:
+        return replacement.apply().get()
+    item = request.item if request.item is not None else {}
+    step = dict(replacement)
+    _freeze_all(step)
+    final_id = _result_for(step, None).id  # type: ignore[attr-defined]
     retain = request.retain_seconds or RESULT_EXPIRES_SECONDS
     result_writer.write_fields(str(request.id), {REPLACED_FIELD: str(final_id)}, retain_seconds=retain, wait=True)
     rest = item.get(CHAIN_KEY)

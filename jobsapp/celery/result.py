@@ -275,6 +275,20 @@ class AsyncResult(ResultBase, Generic[Returned]):
 
         revoke(self.id, terminate=terminate, signal=signal)
 
+    def revoke_by_stamped_headers(
+        self,
+        headers: dict[str, Any] | list[str],
+        connection: Any = None,
+        terminate: bool = False,
+        signal: str | None = None,
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Revoke, fleet-wide, every task stamped with one of ``headers`` (``app.control.revoke_by_stamped_headers``)."""
+        from .control import revoke_by_stamped_headers
+
+        revoke_by_stamped_headers(headers, terminate=terminate, signal=signal)
+
     def as_list(self) -> list[AsyncResult[Any]]:
         return [self]
 

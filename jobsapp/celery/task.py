@@ -50,7 +50,7 @@ from ..functions import FunctionJob, job_class_for
 from ..payload import RECOVERED_KEY, Item, check_json_native, compact_json, new_jid, now
 from ..priority import PRIORITY_KEY, from_celery, of_item, to_celery
 from ..worker import aio, timeouts
-from . import current, follow_up, lineage, signals
+from . import current, follow_up, lineage, replacing, signals, stamping
 from .canvas import (
     CHAIN_KEY,
     CHORD_KEY,
@@ -68,6 +68,7 @@ from .canvas import (
 from .canvas import chunks as chunks_signature
 from .canvas import xmap as map_signature
 from .canvas import xstarmap as starmap_signature
+from .control import mark_revoked
 from .exception_fields import exception_fields
 from .exceptions import (
     Ignore,
@@ -135,6 +136,9 @@ class Context:
         self.callbacks: list[dict[str, Any]] | None = None
         self.errbacks: list[dict[str, Any]] | None = None
         self.chain: list[dict[str, Any]] | None = None
+        #: the task's stamps (``Signature.stamp``): header -> value, and the stamped headers' names
+        self.stamps: dict[str, Any] = {}
+        self.stamped_headers: list[str] = []
         #: the job's payload (a worker's run only): what a retry or a replacement changes
         self.item: Item | None = None
         # where update_state reports: the result record's lifetime, a tracked job's event handle,
@@ -176,6 +180,10 @@ class Context:
         self.errbacks = item.get(ERRBACK_KEY) or None
         eta = fields.get("eta")
         self.eta = eta if isinstance(eta, str) else None
+        stamps = item.get(stamping.STAMPS_KEY)
+        if isinstance(stamps, dict) and stamps:
+            self.stamps = decoded(stamps)
+            self.stamped_headers = list(stamps)
 
 
 def _module_level_stand_in(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -373,7 +381,7 @@ class Task(Generic[Params, Returned]):
         headers: dict[str, Any] | None = None,
         **options: Any,
     ) -> EagerResult[Returned]:
-        passed_on = {name for name in options if name in HONOURED_OPTIONS}
+        passed_on = {name for name in options if name in HONOURED_OPTIONS or name in stamping.immutable_options(options)}
         check_options({name: value for name, value in options.items() if name not in passed_on}, where=f"{self.name}.apply()")
         arguments, keywords = list(args or ()), dict(kwargs or {})
         request = Context(
@@ -390,7 +398,8 @@ class Task(Generic[Params, Returned]):
             timelimit=(self.time_limit, self.soft_time_limit),
         )
         task_id = str(request.id)
-        request.lineage_fields({lineage.REQUEST_KEY: lineage.request_fields(task_id, options)})
+        own_item = {lineage.REQUEST_KEY: lineage.request_fields(task_id, options), stamping.STAMPS_KEY: stamping.stamps_of(options)}
+        request.lineage_fields(own_item)
         with lineage.publishing_from(request.root_id, task_id), _requesting(self, request):
             try:
                 value = self._attempt(request, arguments, keywords, soft_seconds=self.soft_time_limit, async_timeout=self.time_limit)
@@ -403,7 +412,7 @@ class Task(Generic[Params, Returned]):
                 if throw:
                     raise
                 return self._apply_once(
-                    request.args, request.kwargs, task_id=task_id, retries=request.retries + 1, throw=throw, headers=headers
+                    request.args, request.kwargs, task_id=task_id, retries=request.retries + 1, throw=throw, headers=headers, **options
                 )
             except Exception as exc:  # FAILURE, stored in the EagerResult (raised here with throw)
                 self._failed(request, exc)
@@ -461,10 +470,11 @@ class Task(Generic[Params, Returned]):
         if self.typing:
             self._check_arguments(args or (), kwargs or {})
         if always_eager():  # app.conf.task_always_eager: run here, as Celery's
-            eager = {name: options.pop(name) for name in ("throw", "retries") if name in options}
+            eager = {name: options.pop(name) for name in ("throw", "retries", *stamping.immutable_options(options)) if name in options}
             return self.apply(args, kwargs, task_id=task_id, headers=headers, **eager)
         extra = {name: value for name, value in (("producer", producer), ("shadow", shadow)) if value is not None}
-        passed_on = {name: options.pop(name) for name in list(options) if name in HONOURED_OPTIONS}
+        stamp_options = stamping.immutable_options(options)
+        passed_on = {name: options.pop(name) for name in list(options) if name in HONOURED_OPTIONS or name in stamp_options}
         check_options({**extra, **options}, where=f"{self.name}.apply_async()")
         honoured: dict[str, Any] = {
             "task_id": task_id,
@@ -517,6 +527,7 @@ class Task(Generic[Params, Returned]):
         link_error: list[dict[str, Any]] | None = None,
         request: dict[str, Any] | None = None,
         priority: int | None = None,
+        stamps: dict[str, Any] | None = None,
     ) -> str:
         options: dict[str, Any] = {"on_commit": False}  # Celery pushes at once; delay_on_commit waits
         task_id = task_id or new_jid()
@@ -536,6 +547,7 @@ class Task(Generic[Params, Returned]):
             headers=headers,
             eta=eta,
             expires=expires,
+            stamps=stamps,
         )
         if queue:
             options["queue"] = queue
@@ -559,6 +571,8 @@ class Task(Generic[Params, Returned]):
             options[LINK_KEY] = _jsonable(link)
         if link_error:
             options[ERRBACK_KEY] = _jsonable(link_error)
+        if stamps:
+            options[stamping.STAMPS_KEY] = _jsonable(stamps)
         setter = self.job_class.set(**options)
         args, kwargs = _jsonable(args), _jsonable(kwargs)
         if eta is not None:
@@ -649,15 +663,17 @@ class Task(Generic[Params, Returned]):
         ``Task.replace``: ``sig`` is pushed now with what followed this task (the rest of its
         chain, its callbacks and errbacks, its place in a chord), this task's result becomes
         ``sig``'s (``AsyncResult(this id).get()`` returns ``sig``'s value), and ``Ignore`` is
-        raised to end this run. Eager (``apply``): ``sig`` runs here and its value is returned."""
-        from . import replacing
-
+        raised to end this run. Eager (``apply``): ``sig`` runs here and its value is returned.
+        ``sig`` carries this task's stamps, and goes through ``on_replace``."""
         return replacing.replace(self, self.request, sig)
+
+    def on_replace(self, sig: Any) -> Any:
+        """Called by ``replace`` with the replacement, ready to be pushed (Celery 5.3's hook: it may
+        stamp it); must return ``super().on_replace(sig)``, which pushes it and ends the run."""
+        return replacing.send_replacement(self.request, sig)
 
     def add_to_chord(self, sig: Any, lazy: bool = False) -> Any:
         """Add ``sig`` to the chord this task is a header part of (Celery's ``add_to_chord``)."""
-        from . import replacing
-
         return replacing.add_to_chord(self, self.request, sig, lazy=lazy)
 
     @property
@@ -836,11 +852,8 @@ class Task(Generic[Params, Returned]):
         args, kwargs = decoded(args), decoded(kwargs)  # kombu's typed JSON values back into Python ones
         done, previous_value = follow_up.resumed(item)
         expires_at = item.get(EXPIRES_KEY)
-        if not done and isinstance(expires_at, (int, float)) and now() > expires_at:
-            error = TaskRevokedError(f"{self.name}[{job.jid}] expired before it started")
-            self._fail_dependents(item, error)
-            signals.task_revoked.send(sender=self, request=Context(id=job.jid, task=self.name), terminated=False, signum=None, expired=True)
-            raise error
+        if not done:
+            self._end_if_revoked(job, item, expires_at)
         retry_count = item.get("retry_count")
         soft_seconds = item.get(SOFT_TIME_LIMIT_KEY)
         soft_seconds = timeouts.positive_seconds(soft_seconds, option="soft_time_limit") if soft_seconds is not None else None
@@ -869,6 +882,23 @@ class Task(Generic[Params, Returned]):
         request.item = item
         with lineage.publishing_from(request.root_id, job.jid):  # what this run pushes descends from it
             return self._execute_request(job, item, request, args, kwargs, done=done, previous_value=previous_value)
+
+    def _end_if_revoked(self, job: FunctionJob, item: Item, expires_at: Any) -> None:
+        """Raise ``TaskRevokedError`` (the task ends REVOKED unrun, what depends on it failed with
+        it) when the task expired, or when one of its stamps was revoked (one Redis read, only for
+        a task that carries stamps)."""
+        expired = isinstance(expires_at, (int, float)) and now() > expires_at
+        stamps = item.get(stamping.STAMPS_KEY)
+        revoking = stamping.revoked_by(stamps) if not expired and isinstance(stamps, dict) and stamps else None
+        if not expired and revoking is None:
+            return
+        reason = "expired before it started" if expired else f"revoked by stamped header {revoking}"
+        error = TaskRevokedError(f"{self.name}[{job.jid}] {reason}")
+        if results.safe_retain_seconds(item):  # REVOKED before what depends on it fails, as Celery's backend records it
+            mark_revoked(job.jid, message=str(error))
+        self._fail_dependents(item, error)
+        signals.task_revoked.send(sender=self, request=Context(id=job.jid, task=self.name), terminated=False, signum=None, expired=expired)
+        raise error
 
     def _execute_request(
         self, job: FunctionJob, item: Item, request: Context, args: list[Any], kwargs: dict[str, Any], *, done: bool, previous_value: Any

@@ -1,11 +1,13 @@
 """Celery-style tasks that exercise the task API (update_state, base= handlers, time limits,
-Ignore, Reject, task loggers) for tests/jobsapp/test_celery_task_api.py. Each writes what it saw
-to the test's Redis (``celery-sample:*`` keys) so the test can read it from another process."""
+Ignore, Reject, task loggers, stamps) for tests/jobsapp/test_celery_task_api.py and
+test_celery_stamping.py. Each writes what it saw to the test's Redis (``celery-sample:*`` keys) or
+returns it, so the test can read it from another process."""
 
 import json
 import time
 
 from jobsapp.celery import Task, shared_task
+from jobsapp.celery.canvas import StampingVisitor
 from jobsapp.celery.exceptions import Ignore, Reject, SoftTimeLimitExceeded
 from jobsapp.celery.utils.log import get_task_logger
 from jobsapp.connection import get_redis
@@ -153,3 +155,40 @@ def tracked_progress(self, total):
     for current in range(1, total + 1):
         self.update_state(state="PROGRESS", meta={"current": current, "total": total})
     return total
+
+
+# --- stamping (tests/jobsapp/test_celery_stamping.py) ------------------------------------
+
+
+@shared_task(bind=True)
+def reports_stamps(self):
+    """What the worker's request says of the task's stamps."""
+    return {"stamps": self.request.stamps, "stamped_headers": sorted(self.request.stamped_headers)}
+
+
+@shared_task(bind=True, max_retries=1)
+def reports_stamps_after_a_retry(self):
+    """Retried once; then what the retried run's request says of its stamps."""
+    if not self.request.retries:
+        raise self.retry(countdown=0)
+    return {"retries": self.request.retries, "stamps": self.request.stamps}
+
+
+class StampsOnReplace(StampingVisitor):
+    """Stamps every task of a replacement with ``replaced: yes``."""
+
+    def on_signature(self, sig, **headers):
+        return {"replaced": "yes"}
+
+
+class StampingOnReplace(Task):
+    """Celery's ``on_replace`` hook, stamping the replacement before it is pushed."""
+
+    def on_replace(self, sig):
+        sig.stamp(StampsOnReplace())
+        return super().on_replace(sig)
+
+
+@shared_task(bind=True, base=StampingOnReplace)
+def replaces_itself_with_reporter(self):
+    return self.replace(reports_stamps.si())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobsapp.celery import AsyncResult, ChordError, GroupResult, chain, chord, group, signature
+from jobsapp.celery.canvas import StampingVisitor
 from tests.conformance.celery.conftest import TIMEOUT
 from tests.conformance.celery.ported import (
     add,
@@ -316,10 +317,42 @@ def test_chunks():
 # --- Stamping ----------------------------------------------------------------------------------
 
 
-def test_stamping_is_refused_with_a_clear_error():
+def test_stamping_marks_each_task_of_a_group():
     sig1 = add.si(2, 2)
     sig1_res = sig1.freeze()
     g = group(sig1, add.si(3, 3))
-    with pytest.raises(AttributeError, match="stamp"):
-        g.stamp(stamp="your_custom_stamp")
+    g.stamp(stamp="your_custom_stamp")
+    res = g.apply_async()
+    assert res.get(timeout=TIMEOUT) == [4, 6]
+    # the guide reads the stamp back from Celery's result meta (result_extended); here each task carries it
+    assert [task.options["stamp"] for task in g.tasks] == ["your_custom_stamp"] * 2
+    assert [task.options["stamped_headers"] for task in g.tasks] == [["stamp"]] * 2
     assert isinstance(sig1_res, AsyncResult)
+
+
+def test_the_guides_callback_stamping_example():
+    class CustomStampingVisitor(StampingVisitor):
+        def on_signature(self, sig, **headers) -> dict:
+            return {"header": "value"}
+
+        def on_callback(self, callback, **header) -> dict:
+            return {"on_callback": True}
+
+        def on_errback(self, errback, **header) -> dict:
+            return {"on_errback": True}
+
+    c = chord([add.s(1, 1), add.s(2, 2)], tsum.s())
+    c.link(signature("sig_link"))
+    c.link_error(signature("sig_link_error"))
+    c.stamp(visitor=CustomStampingVisitor())
+    for task in [*c.tasks, c.body]:
+        assert {key: value for key, value in task.options.items() if key not in ("link", "link_error")} == {
+            "header": "value",
+            "stamped_headers": ["header"],
+        }
+    (link,) = c.body.options["link"]
+    assert {key: link["options"][key] for key in ("header", "on_callback")} == {"header": "value", "on_callback": True}
+    assert sorted(link["options"]["stamped_headers"]) == ["header", "on_callback"]
+    (errback,) = c.body.options["link_error"]
+    assert {key: errback["options"][key] for key in ("header", "on_errback")} == {"header": "value", "on_errback": True}
+    assert sorted(errback["options"]["stamped_headers"]) == ["header", "on_errback"]

@@ -6,11 +6,10 @@ Keys are pytest ids inside the ported package (``test_tasks.py::test_tasks::test
 parametrized test by its base name covers every parameter).
 
 Every refusal fails loudly at the call: ``NotImplementedError`` naming what is missing (a broker
-connection, kombu's pool, Celery's tracer, stamping, the result backend's pub/sub channels), or
+connection, kombu's pool, Celery's tracer, the result backend's pub/sub channels), or
 saying that what the test reads lives in the worker process (``celery.worker.state``, a
 ``task_received`` receiver): Celery's test worker is a thread of the test process, ``runworkers``
-another process, as every production Celery worker is. The one exception, not strict, is a
-subtest's refusal, which pytest reports without failing the test around it.
+another process, as every production Celery worker is.
 """
 
 from __future__ import annotations
@@ -27,7 +26,10 @@ class Refusal:
 
 
 WORKER_MEMORY = Refusal("reads celery.worker.state, the worker process's own memory (runworkers is another process)")
-STAMPING = Refusal("stamping (StampingVisitor, Signature.stamp, revoke_by_stamped_headers) is not provided")
+WORKER_MEMORY_AFTER_SUBTESTS = Refusal(
+    f"{WORKER_MEMORY.reason}, after subtests that pass: pytest reports each subtest on its own, so it is not strict",
+    strict=False,
+)
 BROKER = Refusal("needs Celery's broker connection (kombu's connection pool, AMQP producer and events)")
 TRACER = Refusal("reads Celery's internal tracer (celery.app.trace) and its log records in the test process")
 WORKER_SIGNAL_IN_TEST_PROCESS = Refusal(
@@ -40,47 +42,26 @@ RESULT_PUBSUB = Refusal(
     "read from the result store, without pub/sub, so the suite's get_active_redis_channels refuses to list them"
 )
 
-STAMPING_IN_SUBTESTS = Refusal(
-    "stamping is not provided: Signature.stamp raises NotImplementedError inside a subtest, which reports it while the "
-    "test around it ends without an error: not counted as passing",
-    strict=False,
-)
-STAMPS_CHECKED_IN_TASK_RECEIVED = Refusal(
-    "stamping is not provided, and the stamps are checked by task_received receivers connected in the test process "
-    "(refused: the worker is a runworkers process)"
-)
 REFUSED: dict[str, Refusal] = {
     **{
-        f"test_canvas.py::test_stamping_mechanism::{name}": STAMPING
+        f"test_canvas.py::test_stamping_mechanism::{name}": WORKER_SIGNAL_IN_TEST_PROCESS
         for name in (
-            "test_properties_not_affected_from_stamping",
+            "test_stamping_workflow",
             "test_task_received_has_access_to_stamps",
+            "test_all_tasks_of_canvas_are_stamped",
             "test_replace_merge_stamps",
             "test_linking_stamped_sig",
             "test_err_linking_stamped_sig",
             "test_stamps_remain_on_task_retry",
         )
     },
-    **{
-        f"test_canvas.py::test_stamping_mechanism::{name}": STAMPING_IN_SUBTESTS
-        for name in (
-            "test_stamp_value_type_defined_by_visitor",
-            "test_stamp_canvas_with_dictionary_link",
-            "test_stamp_canvas_with_dictionary_link_error",
-        )
-    },
-    **{
-        f"test_canvas.py::test_stamping_mechanism::{name}": STAMPS_CHECKED_IN_TASK_RECEIVED
-        for name in ("test_stamping_workflow", "test_all_tasks_of_canvas_are_stamped")
-    },
+    "test_tasks.py::test_tasks::test_revoked_by_headers_simple_canvas": WORKER_MEMORY,
+    "test_tasks.py::test_tasks::test_revoked_by_headers_complex_canvas": WORKER_MEMORY_AFTER_SUBTESTS,
     "test_tasks.py::test_tasks::test_task_sent_event_respects_publish_retry_limit": BROKER,
     "test_tasks.py::test_tasks::test_send_task_without_ignore_result_uses_task_ignore_result": WORKER_MEMORY,
     "test_tasks.py::test_tasks::test_send_task_without_ignore_result_stores_result": WORKER_MEMORY,
     "test_tasks.py::test_task_redis_result_backend::test_retry_preserves_ignore_result_false": WORKER_MEMORY,
     "test_tasks.py::test_task_redis_result_backend::test_retry_preserves_ignore_result_true": WORKER_MEMORY,
-    "test_tasks.py::test_tasks::test_revoked_by_headers_simple_canvas": STAMPING,
-    "test_tasks.py::test_tasks::test_revoked_by_headers_complex_canvas": STAMPING,
-    "test_tasks.py::test_tasks::test_revoke_by_stamped_headers_no_match": STAMPING,
     "test_tasks.py::test_trace_log_arguments::test_task_success": TRACER,
     "test_tasks.py::test_trace_log_arguments::test_task_failed": TRACER,
     "test_tasks.py::test_task_redis_result_backend::test_ignoring_result_no_subscriptions": RESULT_PUBSUB,
