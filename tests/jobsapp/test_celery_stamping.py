@@ -12,8 +12,9 @@ from jobsapp import api
 from jobsapp.celery import Celery, TaskRevokedError, chain, chord, group, signals
 from jobsapp.celery.canvas import StampingVisitor
 from jobsapp.celery.stamping import STAMPS_KEY, revoked_stamps
+from jobsapp.errors import JobCancelled
 from tests.celery_sample import tasks as sample
-from tests.workers import WorkerProcess
+from tests.workers import WorkerProcess, wait_until
 
 SAMPLE_SETTINGS = {"DJANGO_SETTINGS_MODULE": "tests.celery_sample.settings"}
 TIMEOUT = 20
@@ -321,6 +322,23 @@ def test_tasks_stamped_with_a_revoked_stamp_end_revoked_and_what_follows_fails(w
     revoked_stamps.clear()
     assert dict(revoked_stamps) == {}
     assert doomed.clone().apply_async().get(timeout=TIMEOUT)["stamps"] == {"monitoring_id": "revoked-2"}
+
+
+@pytest.mark.slow
+def test_terminating_by_stamp_cancels_the_running_tasks_that_carry_it(worker, redis):
+    # Given a stamped task running on a worker (as the worker's heartbeat shows it)
+    sig = sample.waits_untracked.si()
+    sig.stamp(Fixed(job="long"))
+    result = sig.apply_async()
+    wait_until(lambda: any(work.record.jid == result.id for work in api.WorkSet.all()), timeout_seconds=TIMEOUT)
+    # When its stamp is revoked with terminate=True
+    replies = Celery("stamping").control.revoke_by_stamped_headers({"job": "long"}, terminate=True, reply=True)
+    # Then the reply names the stamps that ended running tasks, and the task ends REVOKED, cancelled
+    # as revoke(terminate=True) cancels a running task
+    assert [reply["ok"] for each in replies for reply in each.values()] == ["headers {'job': ['long']} revoked"] * len(replies)
+    with pytest.raises(JobCancelled):
+        result.get(timeout=TIMEOUT)
+    assert result.state == "REVOKED"
 
 
 def test_revoking_by_stamp_answers_as_celery_and_the_stamps_are_kept_fleet_wide(redis):
