@@ -25,6 +25,10 @@ ends in a group (a chain's last step, a chord's callback) gives the group's valu
 (``celery.accumulate``). Tasks may join a chord after it was applied (``add_to_chord``, a
 generator header read as the chord is applied): chord_part.lua counts them. Not supported,
 refused with ``NotImplementedError`` when applied: ``chunks`` in a chord's header.
+
+``stamp`` labels a signature and, for a group, chain or chord, every task in it, as Celery 5.3's
+stamping does (the merge rules and ``StampingVisitor`` are ``jobsapp.celery.stamping``'s); a
+task's stamps ride in its payload (``stamping.STAMPS_KEY``).
 """
 
 from __future__ import annotations

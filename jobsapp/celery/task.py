@@ -9,10 +9,12 @@ A task is an instance of a subclass of ``Task`` (of ``base=`` when given) made b
 as Celery makes them: options are class attributes, the function is ``run``. ``apply_async``
 checks the call's arguments against the function first (``typing``), as Celery's.
 
-Consuming side (a processor thread): the task's ``CeleryJob`` sets ``self.request`` (id, retries,
-args, kwargs...), runs the function (given the task first with ``bind=True``) as Celery's tracer
-does (``before_start``, ``soft_time_limit``, ``on_success`` / ``on_failure`` / ``on_retry`` /
-``after_return``: see trace.py), and on success
+Consuming side (a processor thread): a task that expired, or that carries a stamp revoked since
+(``stamping.revoked_by``: one Redis read, only for a stamped task), ends REVOKED unrun; otherwise
+the task's ``CeleryJob`` sets ``self.request`` (id, retries, args, kwargs, stamps...), runs the
+function (given the task first with ``bind=True``) as Celery's tracer does (``before_start``,
+``soft_time_limit``, ``on_success`` / ``on_failure`` / ``on_retry`` / ``after_return``: see
+trace.py), and on success
 pushes what follows it (``follow_up``: its link callbacks, the next step of a chain, a chord part
 recorded and, with the last one, the chord's callback job pushed in the same script).
 Failures follow Celery's rules through the engine's retry machinery:
