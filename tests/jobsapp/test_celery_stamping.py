@@ -325,6 +325,32 @@ def test_tasks_stamped_with_a_revoked_stamp_end_revoked_and_what_follows_fails(w
 
 
 @pytest.mark.slow
+def test_a_revoked_task_anywhere_in_a_canvas_fails_the_canvas(worker):
+    # Given a revoked stamp and one task stamped with it (Celery's test_revoked_by_headers_complex_canvas, without sleeps)
+    Celery("stamping").control.revoke_by_stamped_headers({"monitoring_id": "4242"})
+    stamped = sample.reports_stamps.si()
+    stamped.stamp(Fixed(monitoring_id="4242"))
+    other = sample.reports_stamps.si
+    canvases = [
+        group([stamped.clone()]),
+        chord(group([stamped.clone()]), other()),
+        chord(group([other()]), stamped.clone()),
+        chain(stamped.clone()),
+        group([other(), stamped.clone(), other()]),
+        chord([other(), stamped.clone()], other()),
+        chord([other(), other()], stamped.clone()),
+        chain(other(), stamped.clone()),
+        chain(other(), group([other(), stamped.clone(), other()])),
+        chain(other(), group([other(), stamped.clone()]), other()),
+        chain(other(), group([other(), other()]), stamped.clone()),
+    ]
+    for canvas in canvases:
+        # When it is applied, Then its result raises TaskRevokedError
+        with pytest.raises(TaskRevokedError):
+            canvas.apply_async().get(timeout=TIMEOUT)
+
+
+@pytest.mark.slow
 def test_terminating_by_stamp_cancels_the_running_tasks_that_carry_it(worker, redis):
     # Given a stamped task running on a worker (as the worker's heartbeat shows it)
     sig = sample.waits_untracked.si()
