@@ -244,10 +244,16 @@ class Celery:
         expires: float | dt.datetime | None = None,
         *,
         queue: str | None = None,
-        ignore_result: bool = False,
+        ignore_result: bool | None = None,
         **options: Any,
     ) -> _AsyncResult[Any]:
-        """Push task ``name`` for the workers that define it; this process needs not."""
+        """Push task ``name`` for the workers that define it; this process needs not. Without
+        ``ignore_result`` the task's own ``ignore_result`` decides when this process defines it,
+        else ``task_ignore_result`` (Celery's worker applies its task's: a producer that does not
+        define an ignoring task gets its result stored)."""
+        if ignore_result is None:
+            defined = _tasks.get(name)
+            ignore_result = bool(defined.ignore_result if defined is not None else self.conf.get("task_ignore_result"))
         honoured = {key: options.pop(key) for key in list(options) if key in HONOURED_OPTIONS and key not in ("link", "link_error")}
         check_options(options, where="send_task()")
         jid = push_by_name(

@@ -88,6 +88,8 @@ from .result import AsyncResult as _AsyncResult  # the class, where a method nam
 from .states import FAILURE, IGNORED, REJECTED, RETRY, STARTED, SUCCESS
 from .trace import ExceptionInfo, call_handler, running, soft_limit
 from .values import RESULT_EXPIRES_SECONDS, _jsonable, decoded
+from .worker import request as worker_request
+from .worker import state as worker_state
 
 Params = ParamSpec("Params")
 Returned = TypeVar("Returned", covariant=True)
@@ -905,11 +907,27 @@ class Task(Generic[Params, Returned]):
     def _execute_request(
         self, job: FunctionJob, item: Item, request: Context, args: list[Any], kwargs: dict[str, Any], *, done: bool, previous_value: Any
     ) -> Any:
-        """One run of the task for its job (``_execute``), Celery's signals sent at Celery's moments."""
+        """One run of the task for its job (``_execute``), Celery's signals sent at Celery's moments,
+        and the run recorded in ``celery.worker.state`` (this process's worker's bookkeeping)."""
+        received = worker_request.Request(request)
+        worker_state.task_reserved(received)
+        succeeded = False
+        try:
+            signals.task_received.send(sender=None, request=received)
+            worker_state.task_accepted(received)
+            value = self._run_received(job, item, request, args, kwargs, done=done, previous_value=previous_value)
+            succeeded = True
+            return value
+        finally:
+            worker_state.task_ready(received, successful=succeeded)
+
+    def _run_received(
+        self, job: FunctionJob, item: Item, request: Context, args: list[Any], kwargs: dict[str, Any], *, done: bool, previous_value: Any
+    ) -> Any:
+        """The run itself, once the worker took the task (``_execute_request``)."""
         retry_count = item.get("retry_count")
         soft_seconds, timeout = request.timelimit[1], request.timelimit[0]
         task_id = str(request.id)
-        signals.task_received.send(sender=None, request=request)
         started = self._tracks_started()
         if (started or retry_count is not None) and request.retain_seconds:
             # STARTED when tracked (Celery's meta: pid and hostname); else a state reported by the previous attempt is cleared

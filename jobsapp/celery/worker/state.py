@@ -1,31 +1,193 @@
-"""``celery.worker.state``: the in-memory bookkeeping of a Celery worker, which lives in the worker
-process. ``runworkers`` is another process, so its sets cannot be read here: every access raises
-``NotImplementedError`` saying so. Read a task's outcome with ``AsyncResult(id).state`` and what
-runs with ``app.control.inspect().active()``."""
+"""``celery.worker.state``: the bookkeeping of the worker running in this process, as Celery keeps it.
+
+A worker in this process (``runworkers``, each of its ``-P`` children, or a test's ``start_worker``
+thread) records here the Celery-style tasks it takes: ``requests`` (id -> ``Request``) and
+``reserved_requests`` from ``task_received`` until the task ends, ``active_requests`` while it
+runs, and on its end ``successful_requests`` (the last ``SUCCESSFUL_MAX`` ids that succeeded) and
+``total_count`` (runs by task name). As in Celery this is the memory of one process: a process that
+runs no worker has nothing here, and a test reading it must run its worker in the test process
+(``jobsapp.celery.contrib.testing.worker.start_worker``, as Celery's ``celery_worker`` fixture
+does). Where a process has said its worker runs elsewhere (``signals.worker_elsewhere``), reading
+these sets raises ``NotImplementedError`` instead of answering empty forever.
+
+``revoked`` holds the ids this process's worker found revoked (a revocation itself is fleet-wide,
+in Redis: ``AsyncResult(id).revoke()``).
+"""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Hashable, Iterator
+from typing import Any
+
+from .. import signals
+
+#: How many succeeded ids ``successful_requests`` keeps (Celery's default).
+SUCCESSFUL_MAX = 1000
+#: How many revoked ids ``revoked`` keeps (Celery's default).
+REVOKES_MAX = 50000
 
 
-class WorkerProcessState:
-    """One of the worker's sets (``successful_requests``, ``revoked``...): not readable from here."""
+def _readable(name: str) -> None:
+    reason = signals._worker_elsewhere
+    if reason is not None:
+        raise NotImplementedError(
+            f"celery.worker.state.{name} is the memory of the worker in this process, and this process runs none ({reason}): "
+            "read AsyncResult(task_id).state or app.control.inspect(), or run the worker in this process (start_worker)"
+        )
+
+
+class LimitedSet:
+    """A set that keeps its ``maxlen`` newest members (Celery's ``LimitedSet``, without expiry)."""
+
+    def __init__(self, name: str, maxlen: int) -> None:
+        self.name = name
+        self.maxlen = maxlen
+        self._members: OrderedDict[Hashable, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, member: Hashable) -> None:
+        with self._lock:
+            self._members[member] = None
+            self._members.move_to_end(member)
+            while len(self._members) > self.maxlen:
+                self._members.popitem(last=False)
+
+    def discard(self, member: Hashable) -> None:
+        with self._lock:
+            self._members.pop(member, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._members.clear()
+
+    def __contains__(self, member: object) -> bool:
+        _readable(self.name)
+        return member in self._members
+
+    def __iter__(self) -> Iterator[Hashable]:
+        _readable(self.name)
+        with self._lock:
+            return iter(list(self._members))
+
+    def __len__(self) -> int:
+        _readable(self.name)
+        return len(self._members)
+
+    def __repr__(self) -> str:
+        return f"<LimitedSet {self.name}: {len(self._members)} of at most {self.maxlen}>"
+
+
+class RequestSet:
+    """The requests of the tasks a worker here holds (``reserved_requests``, ``active_requests``)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self._members: dict[str, Any] = {}
+        self._lock = threading.Lock()
 
-    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise NotImplementedError(
-            f"celery.worker.state.{self.name} is the worker process's own memory; runworkers is another process: "
-            "read AsyncResult(task_id).state or app.control.inspect() instead"
-        )
+    def add(self, request: Any) -> None:
+        with self._lock:
+            self._members[request.id] = request
 
-    __contains__ = __iter__ = __len__ = __bool__ = clear = add = discard = _refuse
+    def discard(self, request: Any) -> None:
+        with self._lock:
+            self._members.pop(request.id, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._members.clear()
+
+    def __contains__(self, request: object) -> bool:
+        _readable(self.name)
+        return getattr(request, "id", None) in self._members
+
+    def __iter__(self) -> Iterator[Any]:
+        _readable(self.name)
+        with self._lock:
+            return iter(list(self._members.values()))
+
+    def __len__(self) -> int:
+        _readable(self.name)
+        return len(self._members)
 
 
-successful_requests = WorkerProcessState("successful_requests")
-active_requests = WorkerProcessState("active_requests")
-reserved_requests = WorkerProcessState("reserved_requests")
-requests = WorkerProcessState("requests")
-revoked = WorkerProcessState("revoked")
-revoked_stamps = WorkerProcessState("revoked_stamps")
+class RequestsById(dict[str, Any]):
+    """``requests``: id -> ``Request`` of every task a worker here holds."""
+
+    def __getitem__(self, key: str) -> Any:
+        _readable("requests")
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        _readable("requests")
+        return super().__contains__(key)
+
+    def __iter__(self) -> Iterator[str]:
+        _readable("requests")
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        _readable("requests")
+        return super().__len__()
+
+
+requests: dict[str, Any] = RequestsById()
+reserved_requests = RequestSet("reserved_requests")
+active_requests = RequestSet("active_requests")
+successful_requests = LimitedSet("successful_requests", SUCCESSFUL_MAX)
+revoked = LimitedSet("revoked", REVOKES_MAX)
+#: Runs ended, by task name (Celery's ``total_count``).
+total_count: Counter[str] = Counter()
+_count_lock = threading.Lock()
+
+
+def task_reserved(request: Any) -> None:
+    """A worker here took the task (``task_received`` is sent next)."""
+    dict.__setitem__(requests, request.id, request)
+    reserved_requests.add(request)
+
+
+def task_accepted(request: Any) -> None:
+    """The task starts running."""
+    active_requests.add(request)
+
+
+def task_ready(request: Any, *, successful: bool = False) -> None:
+    """The task's run ended (``successful``: it returned)."""
+    reserved_requests.discard(request)
+    active_requests.discard(request)
+    dict.pop(requests, request.id, None)
+    if successful:
+        successful_requests.add(request.id)
+    with _count_lock:
+        total_count[request.name] += 1
+
+
+def reset_state() -> None:
+    """Forget everything recorded here (Celery's ``reset_state``)."""
+    dict.clear(requests)
+    reserved_requests.clear()
+    active_requests.clear()
+    successful_requests.clear()
+    revoked.clear()
+    with _count_lock:
+        total_count.clear()
+
+
+__all__ = [
+    "REVOKES_MAX",
+    "SUCCESSFUL_MAX",
+    "LimitedSet",
+    "active_requests",
+    "requests",
+    "reserved_requests",
+    "reset_state",
+    "revoked",
+    "successful_requests",
+    "task_accepted",
+    "task_ready",
+    "task_reserved",
+    "total_count",
+]

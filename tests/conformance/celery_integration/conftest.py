@@ -7,8 +7,9 @@ nothing is ported and ``test_suite_source.py`` skips with pip's reason (fails un
 
 The fixtures Celery's conftest gives the tests are rewired here:
 ``celery_session_app``/``celery_app``/``app`` are a ``jobsapp.celery.Celery`` app,
-``celery_session_worker`` is one real ``runworkers`` process for the whole suite on the
-throwaway Redis, and ``manager`` is harness.Manager. Tests the project refuses on purpose (they
+``celery_session_worker`` is, as Celery's, one worker for the whole suite on threads of the test
+process (``jobsapp.celery.contrib.testing.worker.start_worker``: the engine ``runworkers`` runs)
+on the throwaway Redis, and ``manager`` is harness.Manager. Tests the project refuses on purpose (they
 need AMQP, kombu's connection pool or Celery's internal tracer) are listed in expectations.py
 with the reason: each must fail with the loud error named there, never pass or hang.
 """
@@ -21,10 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from jobsapp.celery import signals
 from tests.conformance import upstream
 from tests.redis_server import RedisServer
-from tests.workers import WorkerProcess
 
 from . import expectations
 from .harness import rerunning
@@ -46,8 +45,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """A test Celery marks ``flaky(reruns=N, reruns_delay=S)`` runs again after a failure, as
     Celery's own run of it does (``harness.rerunning``: each rerun a warning, a refusal never)."""
     marker = pyfuncitem.get_closest_marker("flaky")
-    if marker is None:
-        return None
+    if marker is None or (_ported(pyfuncitem.path) and expectations.refusal_for(_test_id(pyfuncitem)) is not None):
+        return None  # a refused test fails once, as its refusal says: no reruns
     arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
     rerunning(
         lambda: pyfuncitem.obj(**arguments),
@@ -103,20 +102,30 @@ def celery_session_app(redis_server: RedisServer) -> Iterator[object]:
 # "package": the worker stops after this suite's last test, so it never takes the jobs of the
 # test modules that run after it on the same Redis
 @pytest.fixture(scope="package")
-def celery_session_worker(celery_session_app: object, redis_server: RedisServer) -> Iterator[WorkerProcess]:
-    env = {
-        "DJANGO_SETTINGS_MODULE": "tests.conformance.celery_integration.settings",
-        "REDIS_HOST": "127.0.0.1",
-        "REDIS_PORT": str(redis_server.port),
-    }
+def celery_session_worker(celery_session_app: object, redis_server: RedisServer) -> Iterator[object]:
+    """Celery's session worker: as in Celery's suite, a worker on threads of the test process
+    (``start_worker``, the engine ``runworkers`` runs in each of its processes), so what the tests
+    read in this process (``task_received`` receivers, ``celery.worker.state``) is the worker's."""
+    from django.test import override_settings
+
+    from jobsapp import connection
+    from jobsapp.celery.contrib.testing.worker import start_worker
+
+    from . import tasks  # noqa: F401  (registers the class-based task, as Celery's conftest does with its app)
+
     redis_server.client().flushall()  # once, as Celery's suite starts on an empty broker; not per test (below)
+    # a heartbeat every second instead of every five: ``manager`` waits after each test until the
+    # heartbeat reports the worker idle, and inspect() reads what the heartbeat last wrote
+    from django.conf import settings
+
+    engine = {**getattr(settings, "JOBSAPP", {}), "REDIS_URL": redis_server.url, "HEARTBEAT_INTERVAL_SECONDS": 1.0}
     # 4 threads, where Celery's test worker has 1: a test gives 42 failing tasks and their errbacks a
     # second after the first errback, which one thread does not always do on a loaded machine
-    with (
-        WorkerProcess(["-c", "4", "-q", "default"], env=env, redis_url=redis_server.url) as process,
-        signals.worker_elsewhere("the suite's worker is a runworkers process, where Celery's test worker is a thread of the tests'"),
-    ):
-        yield process
+    with override_settings(JOBSAPP=engine, REDIS_URL=redis_server.url):
+        connection.reset()
+        with start_worker(celery_session_app, concurrency=4, queues=["default"], shutdown_timeout=10.0) as worker:
+            yield worker
+        connection.reset()
 
 
 @pytest.fixture(autouse=True)
@@ -148,7 +157,7 @@ def app(celery_app: object) -> object:
 
 
 @pytest.fixture
-def manager(app: object, celery_session_worker: WorkerProcess) -> Iterator[object]:
+def manager(app: object, celery_session_worker: object) -> Iterator[object]:
     from .harness import Manager
 
     manager = Manager(app)  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""``celery.contrib.testing``: a worker inside the test process (``worker.start_worker``)."""
