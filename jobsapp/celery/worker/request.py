@@ -43,6 +43,13 @@ class Request:
     def type(self) -> str:
         return str(self._context.task)
 
+    @property
+    def task(self) -> Any:
+        """The task object (Celery's ``request.task``; its name is ``task_name``)."""
+        from .. import current
+
+        return current.tasks.get(str(self._context.task))
+
     # the call
     @property
     def args(self) -> list[Any]:

@@ -78,7 +78,7 @@ AUDIT_APP = {
 
         @task_received.connect
         def received(sender=None, request=None, **kwargs):
-            _log("received", request.task, request.id, request.replaced_task_nesting)
+            _log("received", request.name, request.id, request.replaced_task_nesting)
 
 
         @task_prerun.connect
