@@ -23,25 +23,15 @@ class Request:
 
     def __init__(self, context: Any) -> None:
         self._context = context
+        self.id = self.task_id = str(context.id)
+        self.name = self.task_name = str(context.task)
         embed = {"callbacks": context.callbacks, "errbacks": context.errbacks, "chain": context.chain, "chord": context.chord}
         self.__payload = (context.args, context.kwargs, embed)
 
-    # the message's identity and the task it names
-    @property
-    def id(self) -> str:
-        return str(self._context.id)
-
-    task_id = id
-
-    @property
-    def name(self) -> str:
-        return str(self._context.task)
-
-    task_name = name
-
+    # the message's identity (``id``, ``task_id``) and the task it names (``name``, ``task_name``)
     @property
     def type(self) -> str:
-        return str(self._context.task)
+        return self.name
 
     @property
     def task(self) -> Any:
