@@ -185,9 +185,16 @@ class Recorder:
         fields = {**identity_record_fields(item), "status": RUNNING, "last_attempted_at": repr(started), "worker": worker}
         fields[f"worker.{attempt_number(item)}"] = worker
         self._write(jid, fields, ttl_seconds=retain, attempt=True)
-        value = final()
+        try:
+            value = final()
+        except BaseException:
+            _after_success.pop(jid, None)
+            raise
         finished = {"status": SUCCEEDED, "finished_at": repr(self.clock()), **value_record_fields(value)}
         self._write(jid, finished, ttl_seconds=retain, finished=True)
+        if _after_success:
+            for callback in _after_success.pop(jid, ()):
+                callback()
         return value
 
     def on_retry(self, item: Item, exception: BaseException, *, retry_count: int, run_at: float) -> None:
@@ -216,6 +223,17 @@ class Recorder:
 
 
 recorder = Recorder()
+
+
+#: jid -> what to call once a retained job's success is written (``after_success_recorded``).
+_after_success: dict[str, list[Callable[[], None]]] = {}
+
+
+def after_success_recorded(jid: str, callback: Callable[[], None]) -> None:
+    """Call ``callback`` once the running retained job ``jid`` has its success written to its
+    record (from inside its run: a reader told it succeeded then finds the value); dropped if the
+    run raises. Only for a job with ``retain`` that is running now."""
+    _after_success.setdefault(jid, []).append(callback)
 
 
 def run_recorded(job: Job, item: Item, run: Callable[[], Any]) -> Any:

@@ -44,6 +44,7 @@ import random
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from .. import outbox, result_writer, results, transactions
@@ -919,7 +920,10 @@ class Task(Generic[Params, Returned]):
             succeeded = True
             return value
         finally:
-            worker_state.task_ready(received, successful=succeeded)
+            stored = not (succeeded and request.retain_seconds)
+            if not stored:  # its result is written after this run returns: counted then, as Celery counts it
+                result_writer.after_success_recorded(received.id, partial(worker_state.task_stored, received))
+            worker_state.task_ready(received, successful=succeeded, stored=stored)
 
     def _run_received(
         self, job: FunctionJob, item: Item, request: Context, args: list[Any], kwargs: dict[str, Any], *, done: bool, previous_value: Any

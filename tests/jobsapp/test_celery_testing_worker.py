@@ -14,6 +14,7 @@ from jobsapp.celery.exceptions import TimeoutError as CeleryTimeoutError
 from jobsapp.celery.worker import state as worker_state
 from jobsapp.celery.worker.request import Request
 from tests.testapp.tasks import celery_add, celery_always_fails
+from tests.workers import wait_until
 
 
 @pytest.fixture
@@ -51,7 +52,8 @@ def test_task_received_reaches_a_receiver_connected_in_the_test_process(app):
         with start_worker(app, perform_ping_check=False) as worker:
             result = celery_add.apply_async((4, 2), link=celery_add.s(10))
             assert result.get(timeout=10) == 6
-            worker_state_seen = result.id in worker_state.successful_requests
+            # (counted once its result is stored, as Celery counts it: just after get() can see it)
+            worker_state_seen = wait_until(lambda: result.id in worker_state.successful_requests, timeout_seconds=5)
     finally:
         signals.task_received.disconnect(receiver)
     # Then the receiver got Celery's Request for the task, on a worker thread, with its payload

@@ -151,15 +151,22 @@ def task_accepted(request: Any) -> None:
     active_requests.add(request)
 
 
-def task_ready(request: Any, *, successful: bool = False) -> None:
-    """The task's run ended (``successful``: it returned)."""
+def task_ready(request: Any, *, successful: bool = False, stored: bool = True) -> None:
+    """The task's run ended (``successful``: it returned). A success is counted in
+    ``successful_requests`` once its result is stored, as Celery's worker counts it (``stored``
+    False: the result is written after the run, which calls ``task_stored`` then)."""
     reserved_requests.discard(request)
     active_requests.discard(request)
     dict.pop(requests, request.id, None)
-    if successful:
+    if successful and stored:
         successful_requests.add(request.id)
     with _count_lock:
         total_count[request.name] += 1
+
+
+def task_stored(request: Any) -> None:
+    """The succeeded task's result is written (``task_ready(..., stored=False)`` before it)."""
+    successful_requests.add(request.id)
 
 
 def reset_state() -> None:

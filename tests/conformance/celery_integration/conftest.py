@@ -111,8 +111,9 @@ def celery_session_worker(celery_session_app: object, redis_server: RedisServer)
     from jobsapp import connection
     from jobsapp.celery.contrib.testing.worker import start_worker
 
-    from . import tasks  # noqa: F401  (registers the class-based task, as Celery's conftest does with its app)
-
+    # the tasks are the test modules' own imports (t.integration.tasks), and the class-based task is
+    # registered by its test with the session app, as in Celery's suite: nothing else is imported
+    # here (another Celery app made here would become the current one, whose conf the canvas reads)
     redis_server.client().flushall()  # once, as Celery's suite starts on an empty broker; not per test (below)
     # a heartbeat every second instead of every five: ``manager`` waits after each test until the
     # heartbeat reports the worker idle, and inspect() reads what the heartbeat last wrote

@@ -53,3 +53,20 @@ def test_a_refusal_is_never_rerun(monkeypatch):
     with pytest.raises(NotImplementedError):
         test_body()
     assert calls == [1]
+
+
+def test_a_test_refused_in_expectations_fails_once_without_reruns(monkeypatch):
+    # Given a body with the module and name of a refused upstream test Celery marks flaky
+    monkeypatch.setattr(harness, "RERUN_DELAY_SECONDS", 0.0)
+    calls = []
+
+    def test_asyncresult_get_cancels_subscription():
+        calls.append(1)
+        raise AssertionError("no subscription")
+
+    test_asyncresult_get_cancels_subscription.__module__ = "t.integration.test_tasks"
+    test_asyncresult_get_cancels_subscription.__qualname__ = "test_task_redis_result_backend.test_asyncresult_get_cancels_subscription"
+    # When it runs under Celery's flaky decorator, Then it fails once, as its refusal says
+    with pytest.raises(AssertionError, match="no subscription"):
+        harness.flaky(test_asyncresult_get_cancels_subscription)()
+    assert calls == [1]
