@@ -903,6 +903,7 @@ class Task(Generic[Params, Returned]):
             mark_revoked(job.jid, message=str(error))
         self._fail_dependents(item, error)
         signals.task_revoked.send(sender=self, request=Context(id=job.jid, task=self.name), terminated=False, signum=None, expired=expired)
+        worker_state.revoked.add(job.jid)
         raise error
 
     def _execute_request(

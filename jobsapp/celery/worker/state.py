@@ -10,8 +10,9 @@ runs no worker has nothing here, and a test reading it must run its worker in th
 does). Where a process has said its worker runs elsewhere (``signals.worker_elsewhere``), reading
 these sets raises ``NotImplementedError`` instead of answering empty forever.
 
-``revoked`` holds the ids this process's worker found revoked (a revocation itself is fleet-wide,
-in Redis: ``AsyncResult(id).revoke()``).
+``revoked`` holds the ids this process's worker found revoked or expired (a revocation itself is
+fleet-wide, in Redis: ``AsyncResult(id).revoke()``); ``revoked_stamps`` is the fleet's revoked
+stamps, kept in Redis (``jobsapp.celery.stamping``): ``clear()`` clears them for every worker.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Hashable, Iterator
 from typing import Any
 
 from .. import signals
+from ..stamping import revoked_stamps
 
 #: How many succeeded ids ``successful_requests`` keeps (Celery's default).
 SUCCESSFUL_MAX = 1000
@@ -189,6 +191,7 @@ __all__ = [
     "reserved_requests",
     "reset_state",
     "revoked",
+    "revoked_stamps",
     "successful_requests",
     "task_accepted",
     "task_ready",

@@ -101,8 +101,9 @@ class StillWaiting(Exception):
 class Manager:
     """The helpers Celery's ``celery.contrib.testing.manager.Manager`` gives the tests, on ``app``."""
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, worker: Any = None) -> None:
         self.app = app
+        self.worker = worker  # the session worker (start_worker's), asked directly what it runs
 
     def wait_for(
         self,
@@ -166,14 +167,17 @@ class Manager:
 
         return bool(self.wait_for(lambda: self._true_or_raise(started), (StillWaiting,), **policy))
 
-    def wait_until_idle(self) -> None:
-        """As Celery's: purge the queues (what a test left waiting), then wait until the workers
-        run nothing (as their heartbeats report it: a few seconds stale at most)."""
+    def wait_until_idle(self, timeout_seconds: float = 30.0) -> bool:
+        """As Celery's: purge the queues (what a test left waiting), then wait until the worker
+        runs nothing (asked directly, as Celery's ``inspect().active()`` asks its worker; without
+        the session worker, as the process list's heartbeats report it). False when it still
+        runs tasks after ``timeout_seconds``."""
         while self.app.control.purge():
             pass
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timeout_seconds
         while time.monotonic() < deadline:
-            busy = sum(process.busy for process in api.ProcessSet.all())
+            busy = self.worker.active() if self.worker is not None else sum(process.busy for process in api.ProcessSet.all())
             if not busy:
-                return
-            time.sleep(0.1)
+                return True
+            time.sleep(0.02)
+        return False

@@ -31,14 +31,17 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .... import connection
 from ....worker import aio
-from ....worker.launcher import WorkerOptions
+from ....worker.launcher import Components, WorkerOptions
 from ....worker.launcher import WorkerProcess as _EngineProcess
 from ....worker.manager import Manager
 from ....worker.timeouts import Watchdog
+
+if TYPE_CHECKING:
+    import redis
 
 logger = logging.getLogger("jobsapp.celery.testing")
 
@@ -78,6 +81,11 @@ class TestWorkController:
     def is_alive(self) -> bool:
         return self._thread.is_alive()
 
+    def active(self) -> int:
+        """How many tasks the worker runs now (read from its threads, not from a heartbeat)."""
+        manager = self._process.manager
+        return len(manager.busy()) if manager is not None else 0
+
     def stop(self) -> None:
         """Stop as TERM stops a worker; returns once it has."""
         self._process.on_signal("TERM")
@@ -87,9 +95,18 @@ class TestWorkController:
 class _ThreadProcess(_EngineProcess):
     """A worker process's components run on threads of the caller's process."""
 
-    def __init__(self, options: WorkerOptions) -> None:
+    def __init__(self, options: WorkerOptions, *, outbox_relay: bool) -> None:
         super().__init__(options)
         self.failure: BaseException | None = None
+        self.outbox_relay = outbox_relay
+        self.manager: Manager | None = None
+
+    def build(self, client: redis.Redis) -> Components:
+        components = super().build(client)
+        self.manager = components.manager
+        if not self.outbox_relay:  # it reads the database from its own thread (see start_worker)
+            components.relay = None
+        return components
 
     def fence(self, reason: str, *, watchdog: Watchdog, async_lane: aio.AsyncLane, manager: Manager) -> None:
         """Declared dead by the fleet (its heartbeat was missing too long): another process owns its
@@ -131,16 +148,20 @@ def start_worker(
     ping_task_timeout: float = 10.0,
     shutdown_timeout: float = 10.0,
     queues: list[str] | None = None,
+    outbox_relay: bool = False,
     **kwargs: Any,
 ) -> Iterator[TestWorkController]:
-    """A worker on threads of this process for the block (see the module header)."""
+    """A worker on threads of this process for the block (see the module header). The outbox
+    relay (``JOBSAPP["OUTBOX"]``: it pushes what a commit could not) runs only with
+    ``outbox_relay``: it reads the database from its own thread, which pytest-django allows only
+    to a test marked ``django_db(transaction=True)``; a commit pushes its jobs itself."""
     from . import tasks
 
     default_queue = str(app.conf.get("task_default_queue") or "default") if app is not None else "default"
     options = WorkerOptions(
         queues=list(queues or [default_queue]), concurrency=max(1, int(concurrency)), processes=1, timeout_seconds=float(shutdown_timeout)
     )
-    process = _ThreadProcess(options)
+    process = _ThreadProcess(options, outbox_relay=outbox_relay)
     thread = threading.Thread(target=process.run_in_thread, name=f"jobsapp.celery.testing worker {process.identity}", daemon=True)
     controller = TestWorkController(process, thread)
     thread.start()
