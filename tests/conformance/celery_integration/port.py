@@ -11,7 +11,7 @@ What the rules do:
 - ``celery`` becomes ``jobsapp.celery`` (the project's mirror of Celery's module paths);
 - ``billiard`` (Celery's fork of multiprocessing) becomes the standard library's;
 - the suite's own ``conftest`` (Celery's session app and worker) becomes ``harness``: our
-  fixtures, which start a real ``runworkers`` on the test Redis.
+  fixtures, which start the engine's worker in the test process on the test Redis.
 
 The files keep their places in the sdist (``ported/t/integration/tasks.py``, ``ported/t/canvas_helpers.py``)
 and ``ported/`` is the root of their import path (``importable()``; pytest adds it when it collects

@@ -224,3 +224,55 @@ def test_a_fresh_project_runs_the_django_example_tasks_and_celery_style_hooks(tm
         assert ["failure", "audit.tasks.fails", failing_id, "ValueError"] in ran, audit
     finally:
         server.stop()
+
+
+#: A fresh project's own test of its tasks, written as Celery's testing guide writes one (Celery's
+#: pytest plugin, its ``celery_app`` and ``celery_worker`` fixtures, a ``task_received`` receiver
+#: connected in the test), with ``celery`` spelled ``jobsapp.celery``.
+PROJECT_TEST = """
+    from jobsapp.celery.signals import task_received
+    from jobsapp.celery.worker import state
+
+    from audit.tasks import double_then_add
+
+
+    def test_double_then_add_replaces_itself(celery_app, celery_worker):
+        received = []
+
+        def on_received(request=None, **kwargs):
+            received.append((request.name, request.replaced_task_nesting))
+
+        task_received.connect(on_received)
+        try:
+            result = double_then_add.delay(5, 1)
+            assert result.get(timeout=30) == 11
+        finally:
+            task_received.disconnect(on_received)
+        assert ("audit.tasks.double_then_add", 0) in received
+        assert ("audit.tasks.add", 1) in received
+        assert sum(state.total_count.values()) >= 2
+    """
+
+
+def test_a_fresh_projects_own_tests_run_its_tasks_on_celerys_pytest_fixtures(tmp_path):
+    server = RedisServer().start()
+    try:
+        env = {**os.environ, "PYTHONPATH": str(ROOT_DIR), "DJANGO_SETTINGS_MODULE": "proj.settings", "AUDIT_LOG": str(tmp_path / "audit.log")}
+        env.pop("REDIS_URL", None)
+        env.pop("DATABASE_URL", None)
+        # Given a fresh project with an app written as Celery projects write theirs
+        _run([sys.executable, "-m", "django", "startproject", "proj", "."], cwd=tmp_path, env=env)
+        (tmp_path / "audit").mkdir()
+        for name, text in AUDIT_APP.items():
+            (tmp_path / "audit" / name).write_text(textwrap.dedent(text))
+        with (tmp_path / "proj" / "settings.py").open("a") as settings:
+            settings.write(f'\nINSTALLED_APPS += ["jobsapp", "audit"]\nJOBSAPP = {{"REDIS_URL": "{server.url}"}}\n')
+        # And its tests on Celery's pytest plugin, enabled as Celery's docs enable it
+        (tmp_path / "conftest.py").write_text('pytest_plugins = ("jobsapp.celery.contrib.pytest",)\n')
+        (tmp_path / "pytest.ini").write_text("[pytest]\nDJANGO_SETTINGS_MODULE = proj.settings\n")
+        (tmp_path / "test_audit.py").write_text(textwrap.dedent(PROJECT_TEST))
+        # When pytest runs them, Then the worker in the test process runs the task and its replacement
+        output = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=tmp_path, env=env)
+        assert "1 passed" in output, output
+    finally:
+        server.stop()
