@@ -257,7 +257,8 @@ PROJECT_TEST = """
 def test_a_fresh_projects_own_tests_run_its_tasks_on_celerys_pytest_fixtures(tmp_path):
     server = RedisServer().start()
     try:
-        env = {**os.environ, "PYTHONPATH": str(ROOT_DIR), "DJANGO_SETTINGS_MODULE": "proj.settings", "AUDIT_LOG": str(tmp_path / "audit.log")}
+        audit_log = str(tmp_path / "audit.log")
+        env = {**os.environ, "PYTHONPATH": str(ROOT_DIR), "DJANGO_SETTINGS_MODULE": "proj.settings", "AUDIT_LOG": audit_log}
         env.pop("REDIS_URL", None)
         env.pop("DATABASE_URL", None)
         # Given a fresh project with an app written as Celery projects write theirs
