@@ -120,14 +120,17 @@ def celery_session_worker(celery_session_app: object, redis_server: RedisServer)
     # heartbeat reports the worker idle, and inspect() reads what the heartbeat last wrote
     from django.conf import settings
 
-    engine = {**getattr(settings, "JOBSAPP", {}), "REDIS_URL": redis_server.url, "HEARTBEAT_INTERVAL_SECONDS": 1.0}
-    # 10 threads (runworkers' default), where Celery's test worker has 1 and takes its messages one at
-    # a time: a test gives 42 failing tasks and their errbacks a second after the first errback, and
-    # test_revoked_by_headers_complex_canvas leaves up to fifteen 2 s tasks running for the next
-    # round's wait_until_idle, both within their 20 s timeouts
+    engine = {**getattr(settings, "JOBSAPP", {}), "REDIS_URL": redis_server.url, "HEARTBEAT_INTERVAL_SECONDS": 1.0, "FETCH_BATCH_SIZE": 4}
+    # 4 threads, where Celery's test worker has 1: a test gives 42 failing tasks and their errbacks a
+    # second after the first errback, which one thread does not always do on a loaded machine; and
+    # no more, as tests fill the worker with four 2 s tasks to keep the next one waiting
+    # (test_revoked, test_expired). A fetch takes at most 4 jobs ahead, as Celery's worker
+    # prefetches 4 messages (worker_prefetch_multiplier): what a test leaves queued is purged by
+    # the next wait_until_idle instead of running in the next test (test_revoked_by_headers_complex_canvas
+    # leaves fifteen 2 s tasks behind between its rounds, all within its 20 s timeout)
     with override_settings(JOBSAPP=engine, REDIS_URL=redis_server.url):
         connection.reset()
-        with start_worker(celery_session_app, concurrency=10, queues=["default"], shutdown_timeout=10.0) as worker:
+        with start_worker(celery_session_app, concurrency=4, queues=["default"], shutdown_timeout=10.0) as worker:
             yield worker
         connection.reset()
 
