@@ -28,6 +28,7 @@ from typing import Any
 
 from .. import api, keys
 from ..connection import get_redis
+from ..payload import compact_json
 from .values import _jsonable
 
 #: Payload extra: the stamps of a task, ``{"header": value}`` (their order is ``stamped_headers``').
@@ -163,7 +164,7 @@ def immutable_options(options: dict[str, Any]) -> frozenset[str]:
 
 def _member(header: str, value: Any) -> str:
     """The SET member of one revoked ``(header, value)``: compact JSON, values as the payload writes them."""
-    return json.dumps([header, _jsonable(value)], separators=(",", ":"), sort_keys=True)
+    return compact_json([header, _jsonable(value)], sort_keys=True)
 
 
 def _values(value: Any) -> list[Any]:

@@ -125,6 +125,7 @@ import pytest
 
 from jobsapp.celery.worker import state
 from tests.testapp.tasks import celery_add
+from tests.workers import wait_until
 
 
 @pytest.fixture(scope="session")
@@ -132,11 +133,26 @@ def celery_worker_parameters():
     return {"concurrency": 2}
 
 
+@pytest.fixture(scope="session")
+def celery_includes():
+    return ["included_tasks"]  # this module never imports it: the fixture does
+
+
 def test_add(celery_app, celery_worker):
     assert celery_worker.concurrency == 2
     result = celery_add.delay(20, 22)
     assert result.get(timeout=10) == 42
-    assert result.id in state.successful_requests
+    assert wait_until(lambda: result.id in state.successful_requests, timeout_seconds=5)
+    assert celery_app.send_task("included.echo", args=["hi"]).get(timeout=10) == "hi"
+"""
+
+INCLUDED_TASKS = """
+from jobsapp.celery import shared_task
+
+
+@shared_task(name="included.echo")
+def echo(value):
+    return value
 """
 
 
@@ -149,7 +165,8 @@ def test_celerys_pytest_fixtures_run_a_worker_in_the_test_process(tmp_path, redi
 
     root = Path(__file__).resolve().parents[2]
     (tmp_path / "test_with_celery_worker.py").write_text(PLUGIN_TEST)
-    env = {**os.environ, "REDIS_URL": redis_server.url, "PYTHONPATH": str(root), "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    (tmp_path / "included_tasks.py").write_text(INCLUDED_TASKS)
+    env = {**os.environ, "REDIS_URL": redis_server.url, "PYTHONPATH": f"{root}:{tmp_path}", "DJANGO_SETTINGS_MODULE": "tests.settings"}
     # When pytest runs it, Then the celery_worker fixture runs the task and the test passes
     completed = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_django", str(tmp_path)],

@@ -18,8 +18,8 @@ transaction.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator, Mapping, Sequence
+from importlib import import_module
 from typing import Any
 
 import pytest
@@ -68,8 +68,8 @@ def _app(config: Mapping[str, Any], parameters: Mapping[str, Any], includes: Seq
 
     app = Celery("celery.tests", **dict(parameters))
     app.conf.update(dict(config))
-    for module in includes:
-        importlib.import_module(module)
+    for module_path in includes:  # names the suite's own conftest gives (celery_includes), never a payload's
+        import_module(module_path)
     return app
 
 
